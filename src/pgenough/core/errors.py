@@ -1,0 +1,93 @@
+"""Errors raised by the messaging core.
+
+One root, a few branches that callers actually catch::
+
+    PgenoughError
+    ├── DatabaseError            the server is unreachable or a statement failed
+    ├── MigrationError           the schema could not be brought up to date
+    ├── LockNotAcquired          advisory_lock(..., wait=False) found the lock taken
+    ├── LeaseLost                the job is no longer ours: its lease expired and it was
+    │                            reclaimed, or an operator cancelled it
+    ├── JobNotFound              an operator action named a job that is not in that state
+    └── JobOutcome               raised by a handler to choose what happens to its job
+        ├── RetryIn(seconds)     run again after this delay (counts as an attempt)
+        └── GiveUp               dead-letter now, whatever the attempts left
+
+psycopg exceptions are translated once, at the boundary (``translate_db_errors``), and
+chained with ``from``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+
+class PgenoughError(Exception):
+    """Root of every error pgenough raises on purpose."""
+
+
+class DatabaseError(PgenoughError):
+    """The database could not be reached or refused a statement."""
+
+
+class MigrationError(PgenoughError):
+    """The schema could not be migrated."""
+
+
+class LockNotAcquired(PgenoughError):
+    """A named advisory lock is held by someone else."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"advisory lock {name!r} is held by another session")
+        self.name = name
+
+
+class LeaseLost(PgenoughError):
+    """The job's lease was lost: completing it now would complete someone else's claim."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} is no longer claimed by this worker")
+        self.job_id = job_id
+
+
+class JobNotFound(PgenoughError):
+    """No job with that id is in a state the operation applies to."""
+
+    def __init__(self, job_id: int, action: str) -> None:
+        super().__init__(f"job {job_id}: nothing to {action} (unknown id or wrong state)")
+        self.job_id = job_id
+
+
+class JobOutcome(PgenoughError):
+    """Raised by a handler to choose its job's fate."""
+
+
+class RetryIn(JobOutcome):
+    """Run the job again after ``seconds``; counts as an attempt."""
+
+    def __init__(self, seconds: float, reason: str = "retry requested") -> None:
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        super().__init__(f"{reason} (retry in {seconds:g}s)")
+        self.seconds = seconds
+        self.reason = reason
+
+
+class GiveUp(JobOutcome):
+    """Dead-letter the job now; an operator can still retry it."""
+
+
+@contextmanager
+def translate_db_errors(what: str) -> Iterator[None]:
+    """Map connection-level psycopg failures to ``DatabaseError``.
+
+    Statement errors that callers may handle themselves (unique violations and the like)
+    pass through untouched.
+    """
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"{what}: {exc}".strip()) from exc

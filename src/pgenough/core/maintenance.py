@@ -1,0 +1,139 @@
+"""Background duties that keep the queue healthy: the rescuer and the cleaner.
+
+Each duty is one family of SQL statements run in ``LIMIT`` batches, each batch in its own
+short transaction under a statement timeout. Workers register them as periodic tasks, so each
+runs once per interval across all replicas, whichever replicas are alive.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import metrics
+from pgenough.core._sql import load
+from pgenough.core.periodic import Periodic
+
+log = logging.getLogger(__name__)
+_Q = load("maintenance")
+
+DEFAULT_RESCUE_INTERVAL = 5.0
+DEFAULT_CLEAN_INTERVAL = 60.0
+DEFAULT_DEAD_RETENTION = 7 * 24 * 3600.0
+DEFAULT_MESSAGE_RETENTION = 3600.0
+DEFAULT_BATCH = 1000
+DEFAULT_STATEMENT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    rescue_interval: float = DEFAULT_RESCUE_INTERVAL
+    clean_interval: float = DEFAULT_CLEAN_INTERVAL
+    dead_retention: float = DEFAULT_DEAD_RETENTION
+    """Seconds dead and cancelled jobs stay visible to operators."""
+    message_retention: float = DEFAULT_MESSAGE_RETENTION
+    """Seconds large pub/sub payloads stay fetchable by late subscribers."""
+    batch: int = DEFAULT_BATCH
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if min(self.rescue_interval, self.clean_interval, self.statement_timeout) <= 0:
+            raise ValueError("maintenance intervals and timeouts must be positive")
+        if self.batch < 1 or self.dead_retention < 0 or self.message_retention < 0:
+            raise ValueError("maintenance batch must be >= 1 and retentions >= 0")
+
+
+@dataclass(frozen=True)
+class RescueResult:
+    retried: int
+    dead: int
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    jobs_deleted: int
+    messages_deleted: int
+
+
+async def _batched(
+    conn: psycopg.AsyncConnection[Any],
+    query: LiteralString,
+    params: dict[str, Any],
+    timeout: float,
+) -> tuple[int, list[tuple[Any, ...]]]:
+    """Run a ``LIMIT``-batched statement until a batch comes back short.
+
+    Returns the rows affected and the rows returned, over all batches.
+    """
+    affected = 0
+    rows: list[tuple[Any, ...]] = []
+    limit = int(params["limit"])
+    while True:
+        async with conn.transaction():
+            await conn.execute(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
+            cur = await conn.execute(query, params)
+            if cur.description is not None:
+                rows.extend(await cur.fetchall())
+        affected += cur.rowcount
+        if cur.rowcount < limit:
+            return affected, rows
+
+
+async def rescue_expired(
+    conn: psycopg.AsyncConnection[Any], config: MaintenanceConfig = MaintenanceConfig()
+) -> RescueResult:
+    """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
+    _, rows = await _batched(
+        conn, _Q["rescue_expired"], {"limit": config.batch}, config.statement_timeout
+    )
+    retried = dead = 0
+    for _id, queue, state in rows:
+        metrics.JOBS_RECLAIMED.labels(queue).inc()
+        if state == "dead":
+            metrics.JOBS_DEAD.labels(queue).inc()
+            dead += 1
+        else:
+            retried += 1
+    if rows:
+        log.warning("reclaimed %d expired lease(s): %d to retry, %d dead", len(rows), retried, dead)
+    return RescueResult(retried=retried, dead=dead)
+
+
+async def clean(
+    conn: psycopg.AsyncConnection[Any], config: MaintenanceConfig = MaintenanceConfig()
+) -> CleanResult:
+    """Delete dead/cancelled jobs and stored messages past their retention."""
+    jobs, _ = await _batched(
+        conn,
+        _Q["delete_finished"],
+        {"retention": config.dead_retention, "limit": config.batch},
+        config.statement_timeout,
+    )
+    messages, _ = await _batched(
+        conn,
+        _Q["delete_old_messages"],
+        {"retention": config.message_retention, "limit": config.batch},
+        config.statement_timeout,
+    )
+    if jobs or messages:
+        log.info("cleaned %d finished job(s) and %d stored message(s)", jobs, messages)
+    return CleanResult(jobs_deleted=jobs, messages_deleted=messages)
+
+
+def register(periodic: Periodic, pool: AsyncConnectionPool, config: MaintenanceConfig) -> None:
+    """Schedule the rescuer and the cleaner on ``periodic`` (once per interval overall)."""
+
+    async def rescue() -> None:
+        async with pool.connection() as conn:
+            await rescue_expired(conn, config)
+
+    async def cleanup() -> None:
+        async with pool.connection() as conn:
+            await clean(conn, config)
+
+    periodic.every(config.rescue_interval, "pgenough.rescue", rescue)
+    periodic.every(config.clean_interval, "pgenough.clean", cleanup)

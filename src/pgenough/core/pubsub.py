@@ -1,0 +1,196 @@
+"""Pub/sub over LISTEN/NOTIFY that survives reconnects and large payloads.
+
+``publish`` runs in the caller's transaction, so subscribers see a message only if that
+transaction commits. NOTIFY payloads must be under 8000 bytes; larger ones are stored in
+``pgenough.messages`` and the notification carries a reference that subscribers resolve, so
+they arrive intact. A subscriber whose connection drops reconnects, LISTENs again and yields a
+``Gap``: messages published while it was away are lost to it, and it should resynchronise
+from the tables that hold the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+from psycopg import sql
+
+from pgenough.core import metrics
+from pgenough.core._sql import load
+
+log = logging.getLogger(__name__)
+_Q = load("pubsub")
+
+# NOTIFY rejects payloads of 8000 bytes or more; keep a margin below that.
+MAX_INLINE_BYTES = 7999
+# Marks a notification that carries a reference to a stored payload. Payloads that happen to
+# start with it are stored too, so a subscriber never mistakes one for the other.
+REF_PREFIX = "\x1epgenough-ref:"
+
+DEFAULT_PING_INTERVAL = 5.0
+DEFAULT_RECONNECT_MAX_DELAY = 5.0
+
+
+@dataclass(frozen=True)
+class Message:
+    channel: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The subscription was down from ``since`` to ``until``; messages may have been missed."""
+
+    channels: tuple[str, ...]
+    since: datetime
+    until: datetime
+    reason: str
+
+
+async def publish(conn: psycopg.AsyncConnection[Any], channel: str, payload: str) -> None:
+    """Publish ``payload`` on ``channel`` in the transaction open on ``conn``."""
+    if not channel:
+        raise ValueError("channel must not be empty")
+    if len(payload.encode("utf-8")) < MAX_INLINE_BYTES and not payload.startswith(REF_PREFIX):
+        await conn.execute(_Q["notify"], {"channel": channel, "payload": payload})
+    else:
+        await conn.execute(
+            _Q["publish_stored"], {"channel": channel, "payload": payload, "prefix": REF_PREFIX}
+        )
+    metrics.PUBSUB_PUBLISHED.labels(channel).inc()
+
+
+class Subscription:
+    """Messages of some channels, as an async iterator of ``Message`` and ``Gap``.
+
+    Use ``subscribe(url, *channels)``; entering the ``async with`` returns once LISTEN is
+    active, so anything committed after that is delivered.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        channels: tuple[str, ...],
+        *,
+        ping_interval: float = DEFAULT_PING_INTERVAL,
+        reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
+        application_name: str = "pgenough-subscriber",
+    ) -> None:
+        if not channels:
+            raise ValueError("subscribe to at least one channel")
+        self.url = url
+        self.channels = channels
+        self.ping_interval = ping_interval
+        self.reconnect_max_delay = reconnect_max_delay
+        self.application_name = application_name
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self.reconnects = 0
+
+    async def __aenter__(self) -> Self:
+        self._conn = await self._connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the listening session (for operators and tests)."""
+        return self._conn.info.backend_pid if self._conn is not None else None
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, application_name=self.application_name
+        )
+        try:
+            for channel in self.channels:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _reconnect(self, reason: str) -> Gap:
+        since = datetime.now(UTC)
+        metrics.PUBSUB_GAPS.inc()
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+        delay = 0.05
+        while True:
+            try:
+                self._conn = await self._connect()
+                break
+            except psycopg.OperationalError as exc:
+                log.warning("subscriber reconnect failed (%s); retry in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(self.reconnect_max_delay, delay * 2)
+        self.reconnects += 1
+        log.warning("subscriber reconnected to %s after: %s", ", ".join(self.channels), reason)
+        return Gap(self.channels, since, datetime.now(UTC), reason)
+
+    async def _receive(self) -> list[Message]:
+        """Wait up to ``ping_interval`` for notifications; ping when none came."""
+        assert self._conn is not None
+        received = [n async for n in self._conn.notifies(timeout=self.ping_interval, stop_after=1)]
+        if not received:
+            await asyncio.wait_for(self._conn.execute(_Q["ping"]), timeout=self.ping_interval)
+            return []
+        messages = []
+        for n in received:
+            payload: str | None = n.payload
+            if n.payload.startswith(REF_PREFIX):
+                payload = await self._fetch_stored(int(n.payload[len(REF_PREFIX) :]))
+            if payload is not None:
+                messages.append(Message(n.channel, payload))
+                metrics.PUBSUB_RECEIVED.labels(n.channel).inc()
+        return messages
+
+    async def _fetch_stored(self, message_id: int) -> str | None:
+        assert self._conn is not None
+        cur = await self._conn.execute(_Q["fetch_stored"], {"id": message_id})
+        row = await cur.fetchone()
+        if row is None:
+            log.error("stored message %d is gone (past its retention); dropped", message_id)
+            return None
+        return str(row[0])
+
+    async def __aiter__(self) -> AsyncIterator[Message | Gap]:
+        if self._conn is None:
+            raise RuntimeError("use 'async with subscribe(...)' before iterating")
+        while True:
+            try:
+                messages = await self._receive()
+            except (psycopg.OperationalError, TimeoutError) as exc:
+                yield await self._reconnect(f"{type(exc).__name__}: {exc}".strip())
+                continue
+            for message in messages:
+                yield message
+
+
+def subscribe(
+    url: str, *channels: str, ping_interval: float = DEFAULT_PING_INTERVAL
+) -> Subscription:
+    """Subscribe to ``channels`` on a dedicated connection to ``url``::
+
+    async with subscribe(url, "orders-confirmed") as sub:
+        async for item in sub:
+            if isinstance(item, Gap):
+                ...  # resynchronise from the tables
+            else:
+                print(item.channel, item.payload)
+    """
+    return Subscription(url, channels, ping_interval=ping_interval)

@@ -1,0 +1,241 @@
+"""The work queue: jobs, enqueue, completion, and the operator's retry and cancel.
+
+Every operation takes the caller's connection, so it joins whatever transaction is open on
+it: a job exists iff the transaction that enqueued it commits, and a handler that completes
+its job in the transaction holding its own writes has exactly-once database effects.
+Claiming, heartbeats and failure bookkeeping live in ``worker.py``; the SQL of all of them is
+in ``sql/queue.sql``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from pgenough.core import metrics
+from pgenough.core._sql import load
+from pgenough.core.errors import JobNotFound, LeaseLost
+
+_Q = load("queue")
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 20
+NOTIFY_CHANNEL = "pgenough_jobs"
+
+AnyConn: TypeAlias = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job, as its handler sees it."""
+
+    id: int
+    queue: str
+    kind: str
+    payload: Any
+    priority: int
+    attempts: int
+    """Attempts so far, this one included (1 on the first run)."""
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to enqueue in bulk with ``enqueue_many``."""
+
+    kind: str
+    payload: Any = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    run_at: datetime | timedelta | None = None
+    """When it may first run: a time, a delay from the database's now, or now."""
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    dedupe_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if not self.kind:
+            raise ValueError("kind must not be empty")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """Everything the jobs table knows about one job (for operators and tests)."""
+
+    id: int
+    queue: str
+    kind: str
+    payload: Any
+    priority: int
+    state: str
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    claimed_at: datetime | None
+    lease_until: datetime | None
+    worker: str | None
+    finished_at: datetime | None
+    dedupe_key: str | None
+    last_error: str | None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    dead: int
+    oldest_ready_age: float
+    """Seconds the oldest runnable job has been waiting; 0 when none is."""
+
+
+async def enqueue(
+    conn: AnyConn,
+    kind: str,
+    payload: Any = None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    run_at: datetime | timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    dedupe_key: str | None = None,
+) -> int | None:
+    """Enqueue one job in the transaction open on ``conn``; return its id.
+
+    Returns None when ``dedupe_key`` matches a job of the same queue that is still ready or
+    running. Idle workers of the queue are woken when the transaction commits.
+    """
+    job = NewJob(kind, payload, queue, priority, run_at, max_attempts, dedupe_key)
+    cur = await conn.execute(
+        _Q["enqueue"],
+        {
+            "queue": job.queue,
+            "kind": job.kind,
+            "payload": Jsonb(job.payload),
+            "priority": job.priority,
+            "run_at": job.run_at if isinstance(job.run_at, datetime) else None,
+            "delay": job.run_at if isinstance(job.run_at, timedelta) else None,
+            "max_attempts": job.max_attempts,
+            "dedupe_key": job.dedupe_key,
+        },
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    metrics.JOBS_ENQUEUED.labels(queue).inc()
+    return int(row[0])
+
+
+async def enqueue_many(conn: AnyConn, jobs: Iterable[NewJob]) -> int:
+    """Enqueue many jobs with COPY in the transaction open on ``conn``.
+
+    Returns how many were inserted: jobs whose dedupe key is taken by a live job, or by an
+    earlier job of the same call, are skipped.
+    """
+    batch = list(jobs)
+    if not batch:
+        return 0
+    cur = await conn.execute(_Q["db_now"])
+    now_row = await cur.fetchone()
+    assert now_row is not None
+    now: datetime = now_row[0]
+    inserted: dict[str, int] = {}
+    async with conn.transaction():
+        if any(j.dedupe_key is not None for j in batch):
+            await conn.execute(_Q["create_enqueue_staging"])
+            await conn.execute(_Q["truncate_enqueue_staging"])
+            async with conn.cursor().copy(_Q["copy_enqueue_staging"]) as copy:
+                for n, job in enumerate(batch):
+                    await copy.write_row((n, *_copy_row(job, now)))
+            cur = await conn.execute(_Q["insert_from_staging"])
+            for (queue,) in await cur.fetchall():
+                inserted[queue] = inserted.get(queue, 0) + 1
+        else:
+            async with conn.cursor().copy(_Q["copy_jobs"]) as copy:
+                for job in batch:
+                    await copy.write_row(_copy_row(job, now))
+                    inserted[job.queue] = inserted.get(job.queue, 0) + 1
+        for queue in sorted(inserted):
+            await conn.execute(_Q["notify_queue"], {"queue": queue})
+    for queue, n in inserted.items():
+        metrics.JOBS_ENQUEUED.labels(queue).inc(n)
+    return sum(inserted.values())
+
+
+def _copy_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
+    run_at = now + job.run_at if isinstance(job.run_at, timedelta) else job.run_at or now
+    return (
+        job.queue,
+        job.kind,
+        json.dumps(job.payload),
+        job.priority,
+        run_at,
+        job.max_attempts,
+        job.dedupe_key,
+    )
+
+
+async def complete(conn: AnyConn, job: Job) -> None:
+    """Complete ``job`` in the transaction open on ``conn``.
+
+    Call it in the same transaction as the handler's own writes: they then commit together,
+    exactly once. Raises ``LeaseLost`` (roll back!) when the job is no longer this claim -
+    its lease expired and it was reclaimed, or an operator cancelled it.
+    """
+    cur = await conn.execute(_Q["complete"], {"id": job.id, "attempts": job.attempts})
+    if await cur.fetchone() is None:
+        raise LeaseLost(job.id)
+
+
+async def retry_job(conn: AnyConn, job_id: int) -> None:
+    """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
+    cur = await conn.execute(_Q["retry_job"], {"id": job_id})
+    if await cur.fetchone() is None:
+        raise JobNotFound(job_id, "retry")
+
+
+async def retry_dead(conn: AnyConn, queue: str | None = None) -> int:
+    """Make every dead job of ``queue`` (all queues when None) runnable now; return how many."""
+    cur = await conn.execute(_Q["retry_dead"], {"queue": queue})
+    return len(await cur.fetchall())
+
+
+async def cancel_job(conn: AnyConn, job_id: int) -> None:
+    """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
+    cur = await conn.execute(_Q["cancel_job"], {"id": job_id})
+    if await cur.fetchone() is None:
+        raise JobNotFound(job_id, "cancel")
+
+
+async def get_job(conn: AnyConn, job_id: int) -> JobRecord | None:
+    """The job's row, or None when it does not exist (completed jobs are deleted)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_Q["get_job"], {"id": job_id})
+        row = await cur.fetchone()
+    return JobRecord(**row) if row else None
+
+
+async def queue_stats(conn: AnyConn) -> list[QueueStats]:
+    """Per-queue depth by state and the age of the oldest runnable job."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_Q["stats"])
+        rows = await cur.fetchall()
+    return [QueueStats(**row) for row in rows]
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """A ``Job`` from a row of the ``claim`` statement."""
+    return Job(*row)

@@ -1,0 +1,184 @@
+-- name: enqueue
+-- Insert one job; a duplicate dedupe key among live jobs inserts nothing. Wakes idle
+-- workers of the queue on commit when the job is runnable now.
+WITH ins AS (
+    INSERT INTO pgenough.jobs (queue, kind, payload, priority, run_at, max_attempts, dedupe_key)
+    VALUES (%(queue)s, %(kind)s, %(payload)s, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, now() + %(delay)s::interval, now()),
+            %(max_attempts)s, %(dedupe_key)s)
+    ON CONFLICT (queue, dedupe_key)
+        WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+        DO NOTHING
+    RETURNING id, queue, run_at
+)
+SELECT id, CASE WHEN run_at <= now() THEN pg_notify('pgenough_jobs', queue) END
+FROM ins
+
+-- name: db_now
+-- The database clock, which every run_at is compared against.
+SELECT now()
+
+-- name: notify_queue
+-- Wake idle workers of a queue (on commit).
+SELECT pg_notify('pgenough_jobs', %(queue)s)
+
+-- name: copy_jobs
+-- Bulk enqueue without dedupe keys.
+COPY pgenough.jobs (queue, kind, payload, priority, run_at, max_attempts, dedupe_key) FROM STDIN
+
+-- name: create_enqueue_staging
+-- Per-session staging for bulk enqueue with dedupe keys; emptied at each commit.
+CREATE TEMP TABLE IF NOT EXISTS pgenough_enqueue_staging (
+    ord bigint, queue text, kind text, payload jsonb, priority integer,
+    run_at timestamptz, max_attempts integer, dedupe_key text
+) ON COMMIT DELETE ROWS
+
+-- name: copy_enqueue_staging
+-- Bulk enqueue with dedupe keys, step 1.
+COPY pgenough_enqueue_staging (ord, queue, kind, payload, priority, run_at, max_attempts, dedupe_key) FROM STDIN
+
+-- name: insert_from_staging
+-- Bulk enqueue with dedupe keys, step 2: the first of each key wins, live duplicates are skipped.
+INSERT INTO pgenough.jobs (queue, kind, payload, priority, run_at, max_attempts, dedupe_key)
+SELECT queue, kind, payload, priority, run_at, max_attempts, dedupe_key
+FROM (
+    SELECT DISTINCT ON (queue, coalesce(dedupe_key, ord::text)) *
+    FROM pgenough_enqueue_staging
+    ORDER BY queue, coalesce(dedupe_key, ord::text), ord
+) first_of_key
+ORDER BY ord
+ON CONFLICT (queue, dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND state IN ('ready', 'running')
+    DO NOTHING
+RETURNING queue
+
+-- name: truncate_enqueue_staging
+-- Leave the staging table empty for the next call in the same transaction.
+TRUNCATE pgenough_enqueue_staging
+
+-- name: claim
+-- Acknowledge finished jobs and claim up to %(limit)s ready ones in one round trip and one
+-- commit. A job is acknowledged only if it is still the same claim (state and attempts).
+WITH done AS (
+    DELETE FROM pgenough.jobs j
+    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempts)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.state = 'running'
+), picked AS (
+    SELECT id FROM pgenough.jobs
+    WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgenough.jobs j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    claimed_at = now(),
+    lease_until = now() + %(lease)s * interval '1 second',
+    worker = %(worker)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at
+
+-- name: complete
+-- Complete one job inside the caller's transaction; no row means the lease was lost.
+DELETE FROM pgenough.jobs
+WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
+RETURNING id
+
+-- name: fail
+-- Record a failed attempt: back to ready after %(delay)s seconds, or dead when the attempts
+-- are spent or the handler gave up. Keeps the last 20 errors.
+UPDATE pgenough.jobs
+SET state = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts
+                 THEN 'dead' ELSE 'ready' END::pgenough.job_state,
+    run_at = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts
+                  THEN run_at ELSE now() + %(delay)s::float8 * interval '1 second' END,
+    finished_at = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts THEN now() END,
+    lease_until = NULL,
+    worker = NULL,
+    last_error = %(error)s::text,
+    errors = jsonb_path_query_array(
+        errors || jsonb_build_array(jsonb_build_object(
+            'attempt', attempts, 'at', now(), 'worker', worker, 'error', %(error)s::text)),
+        '$[last - 19 to last]')
+WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
+RETURNING state::text, run_at
+
+-- name: heartbeat
+-- Extend the leases of this worker's in-flight jobs. Rows locked by a handler's own
+-- completing transaction are skipped rather than waited for.
+UPDATE pgenough.jobs j
+SET lease_until = now() + %(lease)s * interval '1 second'
+FROM (
+    SELECT id FROM pgenough.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = 'running' AND worker = %(worker)s
+    FOR UPDATE SKIP LOCKED
+) mine
+WHERE j.id = mine.id
+RETURNING j.id
+
+-- name: release
+-- Give claims back on shutdown: runnable again at once. The interrupted attempt stays
+-- counted (a handler that never finishes must not loop forever across restarts).
+UPDATE pgenough.jobs
+SET state = 'ready',
+    run_at = now(),
+    lease_until = NULL,
+    worker = NULL,
+    last_error = %(error)s
+WHERE id = ANY(%(ids)s::bigint[]) AND worker = %(worker)s AND state = 'running'
+
+-- name: listen
+-- Workers listen here; the payload is the queue that got runnable work.
+LISTEN pgenough_jobs
+
+-- name: retry_job
+-- Operator: make a dead or cancelled job (or a waiting retry) runnable now. A job whose
+-- attempts are spent gets one more.
+UPDATE pgenough.jobs
+SET state = 'ready',
+    run_at = now(),
+    finished_at = NULL,
+    max_attempts = greatest(max_attempts, attempts + 1)
+WHERE id = %(id)s AND state IN ('dead', 'cancelled', 'ready')
+RETURNING id
+
+-- name: retry_dead
+-- Operator: make every dead job of a queue (or of all queues) runnable now.
+UPDATE pgenough.jobs
+SET state = 'ready',
+    run_at = now(),
+    finished_at = NULL,
+    max_attempts = greatest(max_attempts, attempts + 1)
+WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+RETURNING id
+
+-- name: cancel_job
+-- Operator: cancel a job that has not finished. A running job's handler can no longer
+-- complete it (its completion finds no claim), so transactional effects roll back.
+UPDATE pgenough.jobs
+SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
+WHERE id = %(id)s AND state IN ('ready', 'running', 'dead')
+RETURNING id
+
+-- name: get_job
+-- One job with everything known about it.
+SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, run_at,
+       created_at, claimed_at, lease_until, worker, finished_at, dedupe_key, last_error, errors
+FROM pgenough.jobs
+WHERE id = %(id)s
+
+-- name: stats
+-- Per queue: jobs by state and the age of the oldest job that is ready to run.
+SELECT queue,
+       count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
+       count(*) FILTER (WHERE state = 'ready' AND run_at > now()) AS scheduled,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE state = 'dead') AS dead,
+       coalesce(extract(epoch FROM now() - min(run_at)
+                FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8 AS oldest_ready_age
+FROM pgenough.jobs
+GROUP BY queue
+ORDER BY queue

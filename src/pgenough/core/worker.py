@@ -1,0 +1,441 @@
+"""The worker: claims jobs of one queue and runs their handlers.
+
+One loop claims with ``FOR UPDATE SKIP LOCKED`` and, in the same statement, acknowledges the
+jobs that finished since the last claim, so a busy worker spends one round trip and one
+commit per batch. Handlers run as asyncio tasks, at most ``concurrency`` at once. A listener
+connection wakes the loop on NOTIFY; without notifications it polls. Leases are extended by a
+heartbeat while handlers run; a worker that dies stops heartbeating and its claims are taken
+back by the rescuer (see ``maintenance.py``), which counts the attempt.
+
+Completion modes:
+
+- *batched* (default): a handler that returns normally is acknowledged in the next claim
+  statement. Its database effects, if any, are committed before that: at-least-once.
+- *transactional*: the handler calls ``complete(conn, job)`` in the transaction holding its
+  own writes; both commit together, exactly once. The batched acknowledgement that follows
+  finds nothing left to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import maintenance, metrics
+from pgenough.core._sql import load
+from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
+from pgenough.core.periodic import Periodic
+from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, queue_stats
+from pgenough.core.retry import Backoff
+
+log = logging.getLogger(__name__)
+_Q = load("queue")
+
+Handler: TypeAlias = Callable[[Job], Awaitable[None]]
+
+DEFAULT_CONCURRENCY = 10
+DEFAULT_BATCH_SIZE = 10
+DEFAULT_LEASE = 30.0
+DEFAULT_POLL_INTERVAL = 2.0
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_STATS_INTERVAL = 10.0
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queue: str = DEFAULT_QUEUE
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Handlers running at once."""
+    batch_size: int = DEFAULT_BATCH_SIZE
+    """Most jobs taken by one claim."""
+    lease: float = DEFAULT_LEASE
+    """Seconds a claim stays ours without a heartbeat; heartbeats come every lease / 3."""
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    """Longest idle wait between claims when no notification arrives."""
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    """On stop, how long running handlers may take to finish before they are interrupted."""
+    stats_interval: float = DEFAULT_STATS_INTERVAL
+    backoff: Backoff = field(default_factory=Backoff)
+    maintenance: maintenance.MaintenanceConfig | None = field(
+        default_factory=maintenance.MaintenanceConfig
+    )
+    """Rescuer and cleaner duties (once per interval across workers); None disables them."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.batch_size < 1:
+            raise ValueError("concurrency and batch_size must be >= 1")
+        if min(self.lease, self.poll_interval, self.stats_interval) <= 0:
+            raise ValueError("lease, poll_interval and stats_interval must be positive")
+        if self.shutdown_timeout < 0:
+            raise ValueError("shutdown_timeout must be >= 0")
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+
+
+class Worker:
+    """Runs the handlers of one queue until stopped.
+
+    ``handlers`` maps a job's ``kind`` to an async function taking the ``Job``. Raise to fail
+    the attempt (retried with backoff, dead-lettered when attempts are spent), raise
+    ``RetryIn(seconds)`` to choose the delay, ``GiveUp`` to dead-letter at once.
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        handlers: Mapping[str, Handler],
+        config: WorkerConfig | None = None,
+        *,
+        name: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.pool = pool
+        self.handlers = dict(handlers)
+        self.config = config or WorkerConfig()
+        self.name = name or f"worker-{uuid.uuid4().hex[:12]}"
+        self.stats = WorkerStats()
+        self._rng = rng or random.Random()
+        self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._done: list[Job] = []
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._listening = asyncio.Event()
+        if not isinstance(pool.conninfo, str):
+            raise TypeError("the worker's pool needs a conninfo string (for its listener)")
+        self._conninfo = pool.conninfo
+        self._periodic = Periodic(pool, replica=self.name)
+        if self.config.maintenance is not None:
+            maintenance.register(self._periodic, pool, self.config.maintenance)
+
+    # -- public ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``shutdown_timeout`` to finish."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def wait_listening(self, timeout: float = 10.0) -> None:
+        """Wait until the worker's LISTEN is active (notifications will wake it)."""
+        await asyncio.wait_for(self._listening.wait(), timeout)
+
+    async def run(self, *, until_idle: bool = False, handle_signals: bool = False) -> WorkerStats:
+        """Work until ``stop()`` (or SIGTERM/SIGINT with ``handle_signals``).
+
+        ``until_idle`` returns once nothing is claimable and nothing is running.
+        """
+        if handle_signals:
+            self._install_signal_handlers()
+        services: list[asyncio.Task[None]] = []
+        if not until_idle:
+            services.append(asyncio.create_task(self._listen(), name=f"{self.name}:listen"))
+            services.append(asyncio.create_task(self._periodic.run(), name=f"{self.name}:periodic"))
+            services.append(asyncio.create_task(self._refresh_stats(), name=f"{self.name}:stats"))
+        services.append(asyncio.create_task(self._heartbeat(), name=f"{self.name}:heartbeat"))
+        try:
+            await self._claim_loop(until_idle)
+        finally:
+            await self._shutdown()
+            self._periodic.stop()
+            for task in services:
+                task.cancel()
+            await asyncio.gather(*services, return_exceptions=True)
+        return self.stats
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def _claim_loop(self, until_idle: bool) -> None:
+        conn: psycopg.AsyncConnection[Any] | None = None
+        failures = 0
+        refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
+        try:
+            while not self._stopping.is_set():
+                free = self.config.concurrency - len(self._inflight)
+                if free < refill_at and self._inflight:
+                    # Refill in batches: one claim per finished handler would cost a round
+                    # trip and a commit per job.
+                    await self._wait(None)
+                    continue
+                limit = min(self.config.batch_size, free)
+                done, self._done = self._done, []
+                try:
+                    if conn is None or conn.closed:
+                        conn = await self.pool.getconn()
+                    jobs = await self._claim(conn, done, limit)
+                    failures = 0
+                except psycopg.OperationalError as exc:
+                    self._done = done + self._done
+                    failures += 1
+                    delay = min(10.0, 0.1 * 2 ** min(failures, 7))
+                    log.warning("%s: claim failed (%s); retry in %.1fs", self.name, exc, delay)
+                    if conn is not None:
+                        await self.pool.putconn(conn)
+                        conn = None
+                    await self._wait(delay)
+                    continue
+                for job in jobs:
+                    self._start(job)
+                if len(jobs) < limit:
+                    if until_idle and not jobs and not self._inflight and not self._done:
+                        return
+                    # Drained for now: sleep until a notification, a finished handler
+                    # (whose acknowledgement should not linger) or the poll interval.
+                    await self._wait(None if self._inflight else self.config.poll_interval)
+                else:
+                    await asyncio.sleep(0)  # let just-started handlers run before reclaiming
+        finally:
+            if conn is not None:
+                await self._flush_acks(conn)
+                await self.pool.putconn(conn)
+
+    async def _claim(
+        self, conn: psycopg.AsyncConnection[Any], done: list[Job], limit: int
+    ) -> list[Job]:
+        cur = await conn.execute(
+            _Q["claim"],
+            {
+                "done_ids": [j.id for j in done],
+                "done_attempts": [j.attempts for j in done],
+                "queue": self.config.queue,
+                "limit": limit,
+                "lease": self.config.lease,
+                "worker": self.name,
+            },
+        )
+        jobs = [job_from_row(row) for row in await cur.fetchall()]
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        if jobs:
+            metrics.JOBS_CLAIMED.labels(self.config.queue).inc(len(jobs))
+            self.stats.claimed += len(jobs)
+        return jobs
+
+    async def _flush_acks(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Acknowledge what finished without claiming more (on the way out)."""
+        if not self._done:
+            return
+        done, self._done = self._done, []
+        try:
+            await self._claim(conn, done, 0)
+        except psycopg.OperationalError as exc:
+            # Their claims stay 'running' until the rescuer retries them: at-least-once.
+            log.error("%s: could not acknowledge %d finished job(s): %s", self.name, len(done), exc)
+
+    async def _wait(self, timeout: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    # -- running handlers -------------------------------------------------------------------
+
+    def _start(self, job: Job) -> None:
+        task = asyncio.create_task(self._run(job), name=f"{self.name}:job-{job.id}")
+        self._inflight[job.id] = (job, task)
+
+    async def _run(self, job: Job) -> None:
+        queue = self.config.queue
+        started = time.perf_counter()
+        try:
+            handler = self.handlers.get(job.kind)
+            if handler is None:
+                raise LookupError(f"no handler for job kind {job.kind!r} on this worker")
+            await handler(job)
+        except LeaseLost:
+            self.stats.lost += 1
+            log.warning("%s: job %d lost its claim before completing", self.name, job.id)
+        except RetryIn as exc:
+            await self._fail(job, str(exc), exc.seconds, give_up=False)
+        except GiveUp as exc:
+            await self._fail(job, f"gave up: {exc}", 0.0, give_up=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "%s: job %d (%s) attempt %d failed: %r",
+                self.name,
+                job.id,
+                job.kind,
+                job.attempts,
+                exc,
+            )
+            await self._fail(
+                job,
+                _describe(exc),
+                self.config.backoff.delay(job.attempts, self._rng),
+                give_up=False,
+            )
+        else:
+            metrics.JOBS_COMPLETED.labels(queue).inc()
+            self.stats.completed += 1
+            self._done.append(job)
+        finally:
+            metrics.JOB_DURATION.labels(queue).observe(time.perf_counter() - started)
+            self._inflight.pop(job.id, None)
+            self._wake.set()
+
+    async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
+        queue = self.config.queue
+        metrics.JOBS_FAILED.labels(queue).inc()
+        self.stats.failed += 1
+        params = {
+            "id": job.id,
+            "attempts": job.attempts,
+            "error": error[:2000],
+            "delay": delay,
+            "give_up": give_up,
+        }
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(_Q["fail"], params)
+                row = await cur.fetchone()
+        except psycopg.Error as exc:
+            # The claim stays 'running'; the rescuer takes it back when its lease expires.
+            log.error("%s: could not record failure of job %d: %s", self.name, job.id, exc)
+            return
+        if row is None:
+            log.warning(
+                "%s: job %d lost its claim before its failure was recorded", self.name, job.id
+            )
+        elif row[0] == "dead":
+            metrics.JOBS_DEAD.labels(queue).inc()
+            log.error(
+                "%s: job %d (%s) is dead after %d attempt(s): %s",
+                self.name,
+                job.id,
+                job.kind,
+                job.attempts,
+                error,
+            )
+        else:
+            metrics.JOBS_RETRIED.labels(queue).inc()
+
+    # -- background services ----------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        """Wake the claim loop on NOTIFY; reconnect forever. Polling covers the gaps."""
+        delay = 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    application_name=f"pgenough-listener:{self.name}",
+                )
+                async with conn:
+                    await conn.execute(_Q["listen"])
+                    self._listening.set()
+                    self._wake.set()  # anything enqueued while we were not listening
+                    delay = 0.1
+                    while True:
+                        async for note in conn.notifies(timeout=self.config.poll_interval * 5):
+                            if note.payload == self.config.queue:
+                                self._wake.set()
+                        await conn.execute("SELECT 1")  # a dead session must not go unnoticed
+            except psycopg.OperationalError as exc:
+                self._listening.clear()
+                log.warning("%s: listener lost (%s); reconnecting in %.1fs", self.name, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(5.0, delay * 2)
+
+    async def _heartbeat(self) -> None:
+        interval = self.config.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            ids = list(self._inflight)
+            if not ids:
+                continue
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(
+                        _Q["heartbeat"],
+                        {"ids": ids, "lease": self.config.lease, "worker": self.name},
+                    )
+                    extended = {row[0] for row in await cur.fetchall()}
+            except psycopg.OperationalError as exc:
+                log.warning("%s: heartbeat failed: %s", self.name, exc)
+                continue
+            missing = [i for i in ids if i not in extended and i in self._inflight]
+            if missing:
+                log.debug(
+                    "%s: heartbeat skipped %d job(s) (finishing or lost): %s",
+                    self.name,
+                    len(missing),
+                    missing[:10],
+                )
+
+    async def _refresh_stats(self) -> None:
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    for s in await queue_stats(conn):
+                        for state in ("ready", "scheduled", "running", "dead"):
+                            metrics.QUEUE_DEPTH.labels(s.queue, state).set(getattr(s, state))
+                        metrics.QUEUE_OLDEST_READY_AGE.labels(s.queue).set(s.oldest_ready_age)
+            except psycopg.OperationalError as exc:
+                log.warning("%s: queue stats failed: %s", self.name, exc)
+            await asyncio.sleep(self.config.stats_interval)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if self._stopping.is_set():
+                log.warning("%s: second signal, interrupting running handlers", self.name)
+                for _, task in list(self._inflight.values()):
+                    task.cancel()
+                return
+            log.info(
+                "%s: %s received, finishing running jobs (up to %.0fs)",
+                self.name,
+                signal.Signals(signum).name,
+                self.config.shutdown_timeout,
+            )
+            self.stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+
+    async def _shutdown(self) -> None:
+        """Let running handlers finish, interrupt the rest and give their claims back."""
+        if not self._inflight:
+            return
+        tasks = [task for _, task in self._inflight.values()]
+        _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout)
+        interrupted = [job for job, task in self._inflight.values() if task in pending]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        async with self.pool.connection() as conn:
+            await self._flush_acks(conn)
+            if interrupted:
+                await conn.execute(
+                    _Q["release"],
+                    {
+                        "ids": [j.id for j in interrupted],
+                        "worker": self.name,
+                        "error": "interrupted: the worker shut down before the handler finished",
+                    },
+                )
+                log.warning("%s: released %d interrupted job(s)", self.name, len(interrupted))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

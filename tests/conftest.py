@@ -1,0 +1,79 @@
+"""Test-session database: a fresh database per run, on DATABASE_URL's server when it is set,
+otherwise on an embedded server under .pgenough-test/ (or PGENOUGH_TEST_DATA_DIR)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import migrate, open_pool, start_embedded
+from pgenough.core.db import create_database, drop_database, with_database
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """Admin URL (the ``postgres`` database) of the server the tests run against."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        yield with_database(url, "postgres")
+        return
+    data_dir = Path(os.environ.get("PGENOUGH_TEST_DATA_DIR", ROOT / ".pgenough-test"))
+    server = start_embedded(data_dir, database="postgres")
+    yield server.admin_url
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A database created for this test run, migrated, dropped at the end."""
+    name = f"pgenough_test_{uuid.uuid4().hex[:10]}"
+    create_database(server_url, name)
+    url = with_database(server_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE effects (job_id bigint PRIMARY KEY, attempts int, worker text,"
+            " at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+        conn.execute(
+            "CREATE TABLE ticks (task text, period bigint, replica text,"
+            " at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+    try:
+        yield url
+    finally:
+        drop_database(server_url, name)
+
+
+@pytest.fixture(scope="session")
+async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
+    p = await open_pool(database_url, max_size=20, name="pgenough-tests")
+    async with p.connection() as conn:
+        await migrate(conn)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def db(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnectionPool]:
+    """The session pool, with every pgenough and test table emptied first."""
+    async with pool.connection() as conn:
+        await conn.execute(
+            "TRUNCATE pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks"
+        )
+    yield pool
+
+
+@pytest.fixture
+def worker_env(database_url: str) -> dict[str, str]:
+    """Environment for helper subprocesses: the test database and the project on the path."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
