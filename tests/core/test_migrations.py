@@ -1,0 +1,39 @@
+"""Migrations: concurrent replicas are safe, the version is queryable."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+
+from pgenough.core import MigrationError, migrate, schema_version
+from pgenough.core.db import create_database, drop_database, with_database
+from pgenough.core.migrations import available
+
+pytestmark = pytest.mark.db
+
+
+async def test_concurrent_migrate_applies_each_migration_once(server_url: str) -> None:
+    name = f"pgenough_mig_{uuid.uuid4().hex[:8]}"
+    create_database(server_url, name)
+    url = with_database(server_url, name)
+    try:
+        conns = [await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(4)]
+        assert await schema_version(conns[0]) == 0
+        applied = await asyncio.gather(*(migrate(c) for c in conns))
+        latest = available()[-1].version
+        assert sorted(len(a) for a in applied) == [0, 0, 0, len(available())]
+        assert [await schema_version(c) for c in conns] == [latest] * 4
+        assert await migrate(conns[0]) == []
+        # A database migrated by a newer pgenough is refused, not silently downgraded.
+        await conns[0].execute(
+            "INSERT INTO pgenough.schema_migrations (version, name) VALUES (9999, 'future')"
+        )
+        with pytest.raises(MigrationError, match="newer than this pgenough"):
+            await migrate(conns[1])
+        for c in conns:
+            await c.close()
+    finally:
+        drop_database(server_url, name)
