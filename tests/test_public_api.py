@@ -11,7 +11,8 @@ def test_all_is_sorted_and_complete() -> None:
     exported = pgenough.core.__all__
     assert exported == sorted(exported)
     public = {
-        name for name, value in vars(pgenough.core).items()
+        name
+        for name, value in vars(pgenough.core).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public == set(exported)

@@ -26,7 +26,9 @@ def test_killed_workers_claims_are_completed_by_another_worker(
     try:
         for _ in range(5):
             holder.expect("claimed")
-        assert scalar(database_url, "SELECT count(*) FROM pgenough.jobs WHERE state = 'running'") == 5
+        assert (
+            scalar(database_url, "SELECT count(*) FROM pgenough.jobs WHERE state = 'running'") == 5
+        )
         holder.kill()  # SIGKILL: no cleanup of any kind
     finally:
         holder.kill()
@@ -34,8 +36,11 @@ def test_killed_workers_claims_are_completed_by_another_worker(
     rescuer = Proc(worker_env, "effects", "--lease", "2")
     try:
         rescuer.expect("ready")
-        wait_for(lambda: scalar(database_url, "SELECT count(*) FROM effects") == 5,
-                 timeout=60, what="the 5 orphaned jobs to complete")
+        wait_for(
+            lambda: scalar(database_url, "SELECT count(*) FROM effects") == 5,
+            timeout=60,
+            what="the 5 orphaned jobs to complete",
+        )
     finally:
         rescuer.kill()
     with psycopg.connect(database_url) as conn:
@@ -60,8 +65,10 @@ def test_a_job_that_kills_every_worker_ends_dead(
             proc.expect("ready")
 
             def settled(p: Proc = proc) -> bool:
-                return p.popen.poll() is not None or scalar(
-                    database_url, "SELECT state::text FROM pgenough.jobs") == "dead"
+                return (
+                    p.popen.poll() is not None
+                    or scalar(database_url, "SELECT state::text FROM pgenough.jobs") == "dead"
+                )
 
             wait_for(settled, timeout=60, what="a crash or the dead letter")
             if proc.popen.poll() is not None:

@@ -39,8 +39,10 @@ async def test_one_claim_per_period(db: AsyncConnectionPool) -> None:
 def test_three_replicas_run_a_one_second_task_about_ten_times_in_ten_seconds(
     db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
 ) -> None:
-    procs = [Proc(worker_env, "periodic", "--seconds", "10", "--period", "1", "--name", "tick")
-             for _ in range(3)]
+    procs = [
+        Proc(worker_env, "periodic", "--seconds", "10", "--period", "1", "--name", "tick")
+        for _ in range(3)
+    ]
     try:
         for proc in procs:
             proc.expect("ready")

@@ -19,7 +19,9 @@ async def collect(sub: Subscription, out: asyncio.Queue[Any]) -> None:
         await out.put(item)
 
 
-async def test_only_committed_messages_are_delivered(db: AsyncConnectionPool, database_url: str) -> None:
+async def test_only_committed_messages_are_delivered(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
     received: asyncio.Queue[Any] = asyncio.Queue()
     async with subscribe(database_url, "orders") as sub:
         reader = asyncio.create_task(collect(sub, received))

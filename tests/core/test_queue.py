@@ -47,7 +47,12 @@ async def test_enqueue_commits_with_the_transaction(db: AsyncConnectionPool) -> 
         assert job_id is not None
         record = await get_job(conn, job_id)
     assert record is not None
-    assert (record.state, record.kind, record.payload, record.attempts) == ("ready", "t", {"n": 1}, 0)
+    assert (record.state, record.kind, record.payload, record.attempts) == (
+        "ready",
+        "t",
+        {"n": 1},
+        0,
+    )
 
 
 async def test_rolled_back_enqueue_leaves_no_job(db: AsyncConnectionPool) -> None:
@@ -101,16 +106,16 @@ async def test_bulk_enqueue_with_copy_and_dedupe(db: AsyncConnectionPool) -> Non
         await enqueue(conn, "t", "live", dedupe_key="k1")
         inserted = await enqueue_many(
             conn,
-            [NewJob("t", "dup-of-live", dedupe_key="k1"),
-             NewJob("t", "a", dedupe_key="k2"),
-             NewJob("t", "dup-in-batch", dedupe_key="k2"),
-             NewJob("t", "plain"),
-             NewJob("t", "delayed", run_at=timedelta(minutes=5))],
+            [
+                NewJob("t", "dup-of-live", dedupe_key="k1"),
+                NewJob("t", "a", dedupe_key="k2"),
+                NewJob("t", "dup-in-batch", dedupe_key="k2"),
+                NewJob("t", "plain"),
+                NewJob("t", "delayed", run_at=timedelta(minutes=5)),
+            ],
         )
         assert inserted == 3
-        cur = await conn.execute(
-            "SELECT payload FROM pgenough.jobs WHERE dedupe_key = 'k2'"
-        )
+        cur = await conn.execute("SELECT payload FROM pgenough.jobs WHERE dedupe_key = 'k2'")
         assert await cur.fetchall() == [("a",)]
     seen = await drain(db, batch_size=100, concurrency=100)
     assert len(seen) == 500 + 1 + 2  # the delayed one is not due
@@ -186,4 +191,7 @@ async def test_unknown_kind_fails_the_attempt_with_a_clear_error(db: AsyncConnec
     async with db.connection() as conn:
         record = await get_job(conn, job_id)  # type: ignore[arg-type]
     assert record is not None and record.state == "dead"
-    assert record.last_error == "LookupError: no handler for job kind 'nobody-handles-this' on this worker"
+    assert (
+        record.last_error
+        == "LookupError: no handler for job kind 'nobody-handles-this' on this worker"
+    )

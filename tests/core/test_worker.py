@@ -154,12 +154,14 @@ async def test_heartbeat_keeps_a_long_job_from_being_reclaimed(db: AsyncConnecti
         await asyncio.sleep(3.0)  # three leases long
 
     config = WorkerConfig(
-        lease=1.0, poll_interval=0.2,
+        lease=1.0,
+        poll_interval=0.2,
         maintenance=MaintenanceConfig(rescue_interval=0.2),
     )
     worker = Worker(db, {"long": long_job}, config)
     run = asyncio.create_task(worker.run())
     try:
+
         async def gone() -> None:
             while True:
                 async with db.connection() as conn:
@@ -175,8 +177,9 @@ async def test_heartbeat_keeps_a_long_job_from_being_reclaimed(db: AsyncConnecti
 
 
 @pytest.mark.slow
-def test_sigterm_lets_running_jobs_finish(db: AsyncConnectionPool, worker_env: dict[str, str],
-                                          database_url: str) -> None:
+def test_sigterm_lets_running_jobs_finish(
+    db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
+) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         for _ in range(4):
             conn.execute("INSERT INTO pgenough.jobs (kind) VALUES ('effect')")
@@ -217,8 +220,11 @@ def test_shutdown_timeout_releases_unfinished_jobs(
             "SELECT state::text, attempts, worker, last_error, run_at <= now() FROM pgenough.jobs"
         ).fetchone()
     assert row == (
-        "ready", 1, None,
-        "interrupted: the worker shut down before the handler finished", True,
+        "ready",
+        1,
+        None,
+        "interrupted: the worker shut down before the handler finished",
+        True,
     )
 
 

