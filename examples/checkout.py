@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sys
 
 import httpx
@@ -110,9 +111,14 @@ async def run(url: str, *, orders: int, port: int, keep_running: bool) -> int:
         await migrate(conn)
         await conn.execute(SCHEMA)
 
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(pool), host="127.0.0.1", port=port, log_level="warning")
-    )
+    try:
+        sock = socket.create_server(("127.0.0.1", port))
+    except OSError as exc:
+        await pool.close()
+        print(f"error: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(pool), log_level="warning"))
     worker = Worker(pool, {"confirm_order": confirm_order(pool)}, WorkerConfig(poll_interval=1))
     confirmed: asyncio.Queue[dict[str, object]] = asyncio.Queue()
 
@@ -130,7 +136,7 @@ async def run(url: str, *, orders: int, port: int, keep_running: bool) -> int:
 
     subscribed = asyncio.Event()
     tasks = [
-        asyncio.create_task(server.serve()),
+        asyncio.create_task(server.serve(sockets=[sock])),
         asyncio.create_task(worker.run()),
         asyncio.create_task(print_confirmations()),
     ]

@@ -60,6 +60,8 @@ def _setup_logging(settings: Settings) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # One line per HTTP request of the demo's client is noise, not information.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _version(value: bool) -> None:
@@ -127,8 +129,6 @@ def demo(
     """Run the order-checkout example end to end (embedded PostgreSQL unless DATABASE_URL)."""
     settings = _settings()
     _setup_logging(settings)
-    settings_level = logging.getLevelName(settings.log_level)
-    logging.getLogger("pgenough").setLevel(max(settings_level, logging.WARNING))
     checkout = _load_checkout()
     url = database_url(settings.database_url, settings.data_dir)
     code = _run(lambda: checkout.run(url, orders=orders, port=port, keep_running=keep_running))
