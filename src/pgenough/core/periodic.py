@@ -120,11 +120,11 @@ class Periodic:
                 # not shift the schedule; the small jitter spreads replicas' claims.
                 delay = seconds_to_next_period(now_s, task.seconds) + self._rng.uniform(0, 0.02)
                 delay = max(0.0, delay - (time.monotonic() - started))
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # a service loop: log and carry on
                 failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6))
                 log.warning(
-                    "periodic task %s: database unavailable (%s); retry in %.1fs",
+                    "periodic task %s: could not claim its period (%s); retry in %.1fs",
                     task.name,
                     exc,
                     delay,

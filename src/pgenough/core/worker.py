@@ -50,6 +50,7 @@ DEFAULT_LEASE = 30.0
 DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_STATS_INTERVAL = 10.0
+INTERRUPTED = "interrupted: the worker shut down before the handler finished"
 
 
 @dataclass(frozen=True)
@@ -386,7 +387,7 @@ class Worker:
                         for state in ("ready", "scheduled", "running", "dead"):
                             metrics.QUEUE_DEPTH.labels(s.queue, state).set(getattr(s, state))
                         metrics.QUEUE_OLDEST_READY_AGE.labels(s.queue).set(s.oldest_ready_age)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # a service loop: log and carry on
                 log.warning("%s: queue stats failed: %s", self.name, exc)
             await asyncio.sleep(self.config.stats_interval)
 
@@ -422,18 +423,27 @@ class Worker:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        async with self.pool.connection() as conn:
-            await self._flush_acks(conn)
-            if interrupted:
-                await conn.execute(
-                    _Q["release"],
-                    {
-                        "ids": [j.id for j in interrupted],
-                        "worker": self.name,
-                        "error": "interrupted: the worker shut down before the handler finished",
-                    },
-                )
-                log.warning("%s: released %d interrupted job(s)", self.name, len(interrupted))
+        try:
+            async with self.pool.connection() as conn:
+                await self._flush_acks(conn)
+                if interrupted:
+                    await conn.execute(
+                        _Q["release"],
+                        {
+                            "ids": [j.id for j in interrupted],
+                            "worker": self.name,
+                            "error": INTERRUPTED,
+                        },
+                    )
+                    log.warning("%s: released %d interrupted job(s)", self.name, len(interrupted))
+        except psycopg.OperationalError as exc:
+            # Their leases expire and the rescuer hands them out again: delayed, not lost.
+            log.error(
+                "%s: could not hand back %d job(s) on shutdown: %s",
+                self.name,
+                len(interrupted),
+                exc,
+            )
 
 
 def _describe(exc: BaseException) -> str:
