@@ -18,8 +18,8 @@ run: $(STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE
 test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
