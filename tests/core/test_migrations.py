@@ -29,7 +29,8 @@ async def test_concurrent_migrate_applies_each_migration_once(server_url: str) -
         assert await migrate(conns[0]) == []
         # A database migrated by a newer pgenough is refused, not silently downgraded.
         await conns[0].execute(
-            "INSERT INTO pgenough.schema_migrations (version, name) VALUES (9999, 'future')"
+            "INSERT INTO pgenough.schema_migrations (track, version, name)"
+            " VALUES ('core', 9999, 'future')"
         )
         with pytest.raises(MigrationError, match="newer than this pgenough"):
             await migrate(conns[1])

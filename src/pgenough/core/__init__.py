@@ -14,7 +14,7 @@ from pgenough.core.errors import (
 )
 from pgenough.core.locks import Lock, advisory_lock, lock_key
 from pgenough.core.maintenance import MaintenanceConfig, clean, rescue_expired
-from pgenough.core.migrations import migrate, schema_version
+from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Periodic
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
@@ -49,6 +49,7 @@ __all__ = [
     "MaintenanceConfig",
     "Message",
     "MigrationError",
+    "MigrationSet",
     "NewJob",
     "Periodic",
     "PgenoughError",

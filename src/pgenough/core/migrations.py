@@ -1,13 +1,18 @@
-"""Versioned schema migrations: numbered ``migrations/NNNN_name.sql`` files.
+"""Versioned schema migrations: numbered ``migrations/NNNN_name.sql`` files per track.
 
-``migrate`` applies the missing ones in order, in one transaction, under a transaction-level
-advisory lock, so replicas that start together are safe: the first applies, the others wait
-and then find nothing left to do.
+A *track* is one package's schema: the core's (``core``, the queue's tables) and, above it,
+each layer that brings its own tables (the plan service registers ``plans``). Versions count
+per track, so a layer's schema evolves without the core knowing it exists.
+
+``migrate`` applies the missing migrations of the given tracks in order, in one transaction,
+under a transaction-level advisory lock, so replicas that start together are safe: the first
+applies, the others wait and then find nothing left to do.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, LiteralString
@@ -23,49 +28,69 @@ MIGRATION_LOCK = "pgenough.migrate"
 _BOOTSTRAP = """
 CREATE SCHEMA IF NOT EXISTS pgenough;
 CREATE TABLE IF NOT EXISTS pgenough.schema_migrations (
-    version     integer PRIMARY KEY,
+    track       text NOT NULL,
+    version     integer NOT NULL,
     name        text NOT NULL,
-    applied_at  timestamptz NOT NULL DEFAULT now()
+    applied_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (track, version)
 )
 """
 
 
 @dataclass(frozen=True)
+class MigrationSet:
+    """The ``migrations/`` folder of an importable package, versioned as ``track``."""
+
+    track: str
+    package: str
+
+
+CORE = MigrationSet("core", "pgenough.core")
+
+
+@dataclass(frozen=True)
 class Migration:
+    track: str
     version: int
     name: str
     sql: LiteralString
 
 
-def available() -> list[Migration]:
-    """Every migration shipped with this version of pgenough, in order."""
+def available(source: MigrationSet = CORE) -> list[Migration]:
+    """Every migration ``source`` ships, in order."""
     found = []
-    for entry in resources.files("pgenough.core").joinpath("migrations").iterdir():
+    for entry in resources.files(source.package).joinpath("migrations").iterdir():
         match = _FILE.match(entry.name)
         if match:
             text: LiteralString = entry.read_text("utf-8")
-            found.append(Migration(int(match[1]), match[2], text))
+            found.append(Migration(source.track, int(match[1]), match[2], text))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
-        raise MigrationError(f"migration numbers must run 1..n without gaps: {versions}")
+        raise MigrationError(
+            f"{source.track} migration numbers must run 1..n without gaps: {versions}"
+        )
     return found
 
 
-async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
-    """The highest applied migration, 0 for a database pgenough has never touched."""
+async def schema_version(conn: psycopg.AsyncConnection[Any], track: str = CORE.track) -> int:
+    """The highest applied migration of ``track``; 0 where pgenough has never migrated."""
     cur = await conn.execute("SELECT to_regclass('pgenough.schema_migrations') IS NOT NULL")
     row = await cur.fetchone()
     if not row or not row[0]:
         return 0
-    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM pgenough.schema_migrations")
+    cur = await conn.execute(
+        "SELECT coalesce(max(version), 0) FROM pgenough.schema_migrations WHERE track = %(t)s",
+        {"t": track},
+    )
     row = await cur.fetchone()
     return int(row[0]) if row else 0
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[Migration]:
-    """Bring the schema up to date; return the migrations this call applied."""
-    migrations = available()
+async def migrate(
+    conn: psycopg.AsyncConnection[Any], layers: Sequence[MigrationSet] = ()
+) -> list[Migration]:
+    """Bring the core's schema, then each layer's, up to date; return what was applied."""
     applied: list[Migration] = []
     try:
         async with conn.transaction():
@@ -73,23 +98,37 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> list[Migration]:
                 "SELECT pg_advisory_xact_lock(%(key)s)", {"key": lock_key(MIGRATION_LOCK)}
             )
             await conn.execute(_BOOTSTRAP)
-            cur = await conn.execute("SELECT version FROM pgenough.schema_migrations")
-            done = {int(r[0]) for r in await cur.fetchall()}
-            if done and max(done) > migrations[-1].version:
-                raise MigrationError(
-                    f"database schema version {max(done)} is newer than this pgenough "
-                    f"({migrations[-1].version}); upgrade pgenough"
-                )
-            for migration in migrations:
-                if migration.version in done:
-                    continue
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    "INSERT INTO pgenough.schema_migrations (version, name)"
-                    " VALUES (%(version)s, %(name)s)",
-                    {"version": migration.version, "name": migration.name},
-                )
-                applied.append(migration)
+            for source in (CORE, *layers):
+                applied.extend(await _migrate_track(conn, source))
     except psycopg.Error as exc:
         raise MigrationError(f"migration failed: {exc}") from exc
+    return applied
+
+
+async def _migrate_track(
+    conn: psycopg.AsyncConnection[Any], source: MigrationSet
+) -> list[Migration]:
+    migrations = available(source)
+    cur = await conn.execute(
+        "SELECT version FROM pgenough.schema_migrations WHERE track = %(t)s",
+        {"t": source.track},
+    )
+    done = {int(r[0]) for r in await cur.fetchall()}
+    latest = migrations[-1].version if migrations else 0
+    if done and max(done) > latest:
+        raise MigrationError(
+            f"database schema {source.track} version {max(done)} is newer than this "
+            f"pgenough ({latest}); upgrade pgenough"
+        )
+    applied = []
+    for migration in migrations:
+        if migration.version in done:
+            continue
+        await conn.execute(migration.sql)
+        await conn.execute(
+            "INSERT INTO pgenough.schema_migrations (track, version, name)"
+            " VALUES (%(track)s, %(version)s, %(name)s)",
+            {"track": source.track, "version": migration.version, "name": migration.name},
+        )
+        applied.append(migration)
     return applied
