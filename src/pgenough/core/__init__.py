@@ -1,6 +1,7 @@
 """pgenough's messaging core: a work queue, pub/sub, advisory locks and periodic tasks on
 PostgreSQL. It knows nothing about plans; ``docs/messaging.md`` is its manual."""
 
+from pgenough.core._sql import named_queries
 from pgenough.core.db import database_url, open_pool, start_embedded
 from pgenough.core.errors import (
     DatabaseError,
@@ -69,6 +70,7 @@ __all__ = [
     "get_job",
     "lock_key",
     "migrate",
+    "named_queries",
     "open_pool",
     "publish",
     "queue_stats",

@@ -28,7 +28,12 @@ def parse(text: str) -> dict[str, LiteralString]:
 
 
 @cache
+def named_queries(package: str, area: str) -> dict[str, LiteralString]:
+    """The statements of ``<package>/sql/<area>.sql``, by name."""
+    text = resources.files(package).joinpath("sql", f"{area}.sql").read_text("utf-8")
+    return parse(text)
+
+
 def load(area: str) -> dict[str, LiteralString]:
     """The statements of ``core/sql/<area>.sql``."""
-    text = resources.files("pgenough.core").joinpath("sql", f"{area}.sql").read_text("utf-8")
-    return parse(text)
+    return named_queries("pgenough.core", area)

@@ -121,9 +121,10 @@ class Worker:
         if not isinstance(pool.conninfo, str):
             raise TypeError("the worker's pool needs a conninfo string (for its listener)")
         self._conninfo = pool.conninfo
-        self._periodic = Periodic(pool, replica=self.name)
+        self.periodic = Periodic(pool, replica=self.name)
+        """Periodic duties of this worker (maintenance; add your own before run())."""
         if self.config.maintenance is not None:
-            maintenance.register(self._periodic, pool, self.config.maintenance)
+            maintenance.register(self.periodic, pool, self.config.maintenance)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -146,14 +147,14 @@ class Worker:
         services: list[asyncio.Task[None]] = []
         if not until_idle:
             services.append(asyncio.create_task(self._listen(), name=f"{self.name}:listen"))
-            services.append(asyncio.create_task(self._periodic.run(), name=f"{self.name}:periodic"))
+            services.append(asyncio.create_task(self.periodic.run(), name=f"{self.name}:periodic"))
             services.append(asyncio.create_task(self._refresh_stats(), name=f"{self.name}:stats"))
         services.append(asyncio.create_task(self._heartbeat(), name=f"{self.name}:heartbeat"))
         try:
             await self._claim_loop(until_idle)
         finally:
             await self._shutdown()
-            self._periodic.stop()
+            self.periodic.stop()
             for task in services:
                 task.cancel()
             await asyncio.gather(*services, return_exceptions=True)
