@@ -1,2 +1,3 @@
-"""The plan service: ingests snapshots of the Fever "planList" feed into PostgreSQL and serves
-them from there. ``feed`` is the incremental, hardened XML parser of those snapshots."""
+"""The plan service's write path, built on the messaging core: the provider simulator
+(``sim``), the provider client (``provider``), the incremental parser (``feed``), the fetch
+worker (``fetch``), the process workers (``process``) and their tables (``store``)."""
