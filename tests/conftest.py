@@ -10,24 +10,31 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import migrate, open_pool, start_embedded
-from pgenough.core.db import create_database, drop_database, with_database
+from pgenough.core.db import EmbeddedServer, create_database, drop_database, with_database
+from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def server_url() -> Iterator[str]:
-    """Admin URL (the ``postgres`` database) of the server the tests run against."""
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        yield with_database(url, "postgres")
-        return
+def embedded() -> EmbeddedServer | None:
+    """The embedded server the suite started, or None when it runs on DATABASE_URL."""
+    if os.environ.get("DATABASE_URL"):
+        return None
     data_dir = Path(os.environ.get("PGENOUGH_TEST_DATA_DIR", ROOT / ".pgenough-test"))
-    server = start_embedded(data_dir, database="postgres")
-    yield server.admin_url
+    return start_embedded(data_dir, database="postgres")
+
+
+@pytest.fixture(scope="session")
+def server_url(embedded: EmbeddedServer | None) -> str:
+    """Admin URL (the ``postgres`` database) of the server the tests run against."""
+    if embedded is not None:
+        return embedded.admin_url
+    return with_database(os.environ["DATABASE_URL"], "postgres")
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +62,7 @@ def database_url(server_url: str) -> Iterator[str]:
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     p = await open_pool(database_url, max_size=20, name="pgenough-tests")
     async with p.connection() as conn:
-        await migrate(conn)
+        await migrate(conn, [PLANS_MIGRATIONS])
     yield p
     await p.close()
 
@@ -65,8 +72,15 @@ async def db(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnectionPool]:
     """The session pool, with every pgenough and test table emptied first."""
     async with pool.connection() as conn:
         await conn.execute(
-            "TRUNCATE pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks"
+            "TRUNCATE pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks,"
+            " pgenough.runs, pgenough.plans, pgenough.plan_seen, pgenough.plan_failures"
         )
+        cur = await conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"
+            " AND tablename LIKE 'staging\\_%'"
+        )
+        for (table,) in await cur.fetchall():
+            await conn.execute(sql.SQL("DROP TABLE pgenough.{}").format(sql.Identifier(table)))
     yield pool
 
 

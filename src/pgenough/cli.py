@@ -7,7 +7,9 @@ import asyncio
 import importlib
 import importlib.util
 import logging
+import signal
 import sys
+import uuid
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import ModuleType
@@ -16,9 +18,14 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.table import Table
 
 from pgenough import __version__
 from pgenough.core import PgenoughError, database_url, migrate, open_pool, schema_version
+from pgenough.plans import sim
+from pgenough.plans.fetch import RunResult, fetch_all, fetch_loop
+from pgenough.plans.process import process_worker
+from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 from pgenough.settings import Settings
 
 app = typer.Typer(
@@ -93,8 +100,10 @@ def migrate_cmd() -> None:
         )
         try:
             async with pool.connection() as conn:
-                applied = await migrate(conn)
-                return await schema_version(conn), [f"{m.version:04d}_{m.name}" for m in applied]
+                applied = await migrate(conn, [PLANS_MIGRATIONS])
+                return await schema_version(conn), [
+                    f"{m.track}/{m.version:04d}_{m.name}" for m in applied
+                ]
         finally:
             await pool.close()
 
@@ -133,6 +142,136 @@ def demo(
     url = database_url(settings.database_url, settings.data_dir)
     code = _run(lambda: checkout.run(url, orders=orders, port=port, keep_running=keep_running))
     raise typer.Exit(code)
+
+
+worker_app = typer.Typer(help="Run a fetch or process worker.", no_args_is_help=True)
+app.add_typer(worker_app, name="worker")
+
+
+async def _ready_pool(settings: Settings, name: str, max_size: int | None = None) -> Any:
+    """A pool on a migrated database (workers migrate on start-up; it is idempotent)."""
+    pool = await open_pool(
+        database_url(settings.database_url, settings.data_dir),
+        max_size=max_size or settings.pool_max_size,
+        name=name,
+    )
+    async with pool.connection() as conn:
+        await migrate(conn, [PLANS_MIGRATIONS])
+    return pool
+
+
+@worker_app.command("fetch")
+def worker_fetch(
+    provider: Annotated[
+        list[str] | None,
+        typer.Option("--provider", help="NAME=URL; repeat for several providers."),
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Fetch each provider once; exit 1 if any run failed.")
+    ] = False,
+    interval: Annotated[
+        float | None, typer.Option(min=0.1, help="Seconds between fetches (default: settings).")
+    ] = None,
+) -> None:
+    """Fetch providers' snapshots into staging, each under its provider's lock."""
+    settings = _settings()
+    _setup_logging(settings)
+    try:
+        providers = settings.provider_configs(provider)
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+    if not providers:
+        _fail("no providers: pass --provider NAME=URL or set PGENOUGH_PROVIDERS", code=2)
+    owner = f"fetch-{uuid.uuid4().hex[:12]}"
+
+    async def main() -> int:
+        pool = await _ready_pool(settings, owner, max_size=len(providers) + 2)
+        try:
+            if once:
+                results = await fetch_all(pool, providers, owner=owner)
+                _print_runs(results)
+                return 1 if any(r is not None and r.status == "FAILED" for r in results) else 0
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await fetch_loop(
+                pool, providers, interval or settings.fetch_interval, stop, owner=owner
+            )
+            return 0
+        finally:
+            await pool.close()
+
+    raise typer.Exit(_run(main))
+
+
+def _print_runs(results: list[RunResult | None]) -> None:
+    table = Table("run", "provider", "status", "plans staged", "skipped", "MB", "reason")
+    for r in results:
+        if r is None:
+            continue
+        table.add_row(
+            str(r.run_id),
+            r.provider,
+            r.status,
+            str(r.plans_staged),
+            str(r.plans_skipped),
+            f"{r.bytes / 1e6:.1f}",
+            r.reason or "",
+        )
+    if any(r is None for r in results):
+        table.caption = "providers being fetched by another worker were skipped"
+    out.print(table)
+
+
+@worker_app.command("process")
+def worker_process(
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Chunks applied at once (default: settings).")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Drain everything claimable, then exit.")
+    ] = False,
+) -> None:
+    """Apply the chunks of staged runs to the canonical plans."""
+    settings = _settings()
+    _setup_logging(settings)
+    overrides: dict[str, object] = {"batch_size": 1}
+    if concurrency:
+        overrides["concurrency"] = concurrency
+    config = settings.worker_config(**overrides)
+
+    async def main() -> int:
+        pool = await _ready_pool(
+            settings,
+            "pgenough-process",
+            max_size=max(settings.pool_max_size, config.concurrency + 4),
+        )
+        try:
+            worker = process_worker(pool, config)
+            stats = await worker.run(until_idle=until_idle, handle_signals=True)
+            out.print(f"chunks applied: {stats.completed}, failed attempts: {stats.failed}")
+            return 0
+        finally:
+            await pool.close()
+
+    raise typer.Exit(_run(main))
+
+
+@app.command("provider-sim")
+def provider_sim(
+    plans: Annotated[int, typer.Option(min=1, help="Plans per snapshot.")] = 1000,
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    seed: Annotated[int, typer.Option(help="Snapshots are a function of seed and version.")] = 1,
+) -> None:
+    """Serve generated planList snapshots, with injectable faults (see docs)."""
+    settings = _settings()
+    _setup_logging(settings)
+    try:
+        sim.serve(plans=plans, port=port, seed=seed, host=host)
+    except OSError as exc:
+        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from pydantic_settings import (
 
 from pgenough.core import MaintenanceConfig, WorkerConfig
 from pgenough.core.db import default_data_dir
+from pgenough.plans.provider import ProviderConfig
 
 
 def _config_file() -> Path:
@@ -50,6 +51,15 @@ class Settings(BaseSettings):
     worker_poll_interval: float = Field(default=2.0, gt=0)
     worker_shutdown_timeout: float = Field(default=30.0, ge=0)
 
+    providers: str = Field(
+        default="",
+        description="Providers to fetch, comma-separated NAME=URL pairs.",
+    )
+    fetch_interval: float = Field(default=60.0, gt=0, description="Seconds between fetches.")
+    provider_connect_timeout: float = Field(default=5.0, gt=0)
+    provider_read_timeout: float = Field(default=30.0, gt=0)
+    provider_max_attempts: int = Field(default=4, ge=1)
+
     rescue_interval: float = Field(default=5.0, gt=0)
     clean_interval: float = Field(default=60.0, gt=0)
     dead_retention: float = Field(default=7 * 24 * 3600.0, ge=0, description="Seconds.")
@@ -69,6 +79,28 @@ class Settings(BaseSettings):
             env_settings,
             TomlConfigSettingsSource(settings_cls, toml_file=_config_file()),
         )
+
+    def provider_configs(self, extra: list[str] | None = None) -> list[ProviderConfig]:
+        """Providers from ``--provider NAME=URL`` options, else from ``providers``."""
+        specs = extra or [p for p in self.providers.split(",") if p.strip()]
+        configs = []
+        for spec in specs:
+            name, sep, url = spec.strip().partition("=")
+            if not sep or not name or not url:
+                raise ValueError(f"provider {spec!r}: expected NAME=URL")
+            configs.append(
+                ProviderConfig(
+                    name=name.strip(),
+                    url=url.strip(),
+                    connect_timeout=self.provider_connect_timeout,
+                    read_timeout=self.provider_read_timeout,
+                    max_attempts=self.provider_max_attempts,
+                )
+            )
+        names = [c.name for c in configs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"provider names must be unique: {names}")
+        return configs
 
     def maintenance_config(self) -> MaintenanceConfig:
         return MaintenanceConfig(

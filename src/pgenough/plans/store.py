@@ -1,0 +1,210 @@
+"""The plan service's tables: runs' staging tables and the set-based upsert into ``plans``.
+
+Each run stages into a table of its own (``pgenough.staging_<run id>``), dropped when the
+run is processed or fails, so discarding a failed snapshot costs one ``DROP TABLE`` and leaves
+no dead rows behind. Chunks of work are ranges of the staging table's pages (TID range scans:
+no index to build), applied by one statement each.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgenough.core import MigrationSet, named_queries
+from pgenough.plans.feed import PlanRecord
+
+log = logging.getLogger(__name__)
+_Q = named_queries("pgenough.plans", "store")
+
+MIGRATIONS = MigrationSet("plans", "pgenough.plans")
+"""The plan service's schema track; pass it to ``pgenough.core.migrate``."""
+
+# Plan ids are UUIDv5 names in this namespace: stable across runs, hosts and versions.
+PLAN_NAMESPACE = uuid.UUID("6f1c2b7e-3d4a-5b8c-9e0f-a1b2c3d4e5f6")
+DEFAULT_CHUNK_PAGES = 128  # about 5,000 staged plans
+
+
+def plan_uuid(provider: str, base_plan_id: str, plan_id: str) -> uuid.UUID:
+    """The API id of a plan, derived from its identity."""
+    return uuid.uuid5(PLAN_NAMESPACE, f"{provider}\x1f{base_plan_id}\x1f{plan_id}")
+
+
+def staging_table(run_id: int) -> sql.Identifier:
+    return sql.Identifier("pgenough", f"staging_{run_id}")
+
+
+def _q(name: str, run_id: int) -> sql.Composed:
+    return sql.SQL(_Q[name]).format(staging=staging_table(run_id))
+
+
+AnyConn = psycopg.AsyncConnection[Any]
+
+
+async def create_staging(conn: AnyConn, run_id: int) -> None:
+    await conn.execute(_q("create_staging", run_id))
+
+
+async def truncate_staging(conn: AnyConn, run_id: int) -> None:
+    await conn.execute(_q("truncate_staging", run_id))
+
+
+async def drop_staging(conn: AnyConn, run_id: int) -> None:
+    await conn.execute(_q("drop_staging", run_id))
+
+
+@dataclass
+class StagingWriter:
+    """Appends parsed plans to a run's staging table, one COPY per batch."""
+
+    run_id: int
+    provider: str
+    seq: int = 0
+
+    def reset(self) -> None:
+        self.seq = 0
+
+    async def write(self, conn: AnyConn, records: Iterable[PlanRecord]) -> int:
+        """COPY ``records`` (in one statement, committed with the connection's transaction)."""
+        n = 0
+        provider = self.provider
+        async with conn.cursor().copy(_q("copy_staging", self.run_id)) as copy:
+            for r in records:
+                await copy.write_row(
+                    (
+                        self.seq,
+                        plan_uuid(provider, r.base_plan_id, r.plan_id),
+                        r.base_plan_id,
+                        r.plan_id,
+                        r.title,
+                        r.sell_mode,
+                        r.organizer_company_id,
+                        r.starts_at,
+                        r.ends_at,
+                        r.sell_from,
+                        r.sell_to,
+                        r.sold_out,
+                        r.min_price,
+                        r.max_price,
+                    )
+                )
+                self.seq += 1
+                n += 1
+        return n
+
+
+async def chunk_ranges(
+    conn: AnyConn, run_id: int, pages_per_chunk: int = DEFAULT_CHUNK_PAGES
+) -> list[tuple[str, str]]:
+    """Page ranges ``[lo, hi)`` (as TIDs) covering the staging table."""
+    cur = await conn.execute(
+        named_queries("pgenough.plans", "runs")["staging_pages"],
+        {"table": f"pgenough.staging_{run_id}"},
+    )
+    row = await cur.fetchone()
+    pages = int(row[0]) if row else 0
+    return [
+        (f"({lo},0)", f"({min(lo + pages_per_chunk, pages)},0)")
+        for lo in range(0, pages, pages_per_chunk)
+    ]
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    rows: int
+    """Staged rows in the chunk."""
+    written: int
+    """Plans inserted or changed."""
+    failed: int
+    """Rows that could not be written (recorded in pgenough.plan_failures)."""
+
+
+async def apply_chunk(
+    conn: AnyConn,
+    *,
+    run_id: int,
+    provider: str,
+    snapshot_at: datetime,
+    lo: str,
+    hi: str,
+) -> ChunkResult:
+    """Upsert one chunk inside the transaction open on ``conn``.
+
+    A row that cannot be written (a value PostgreSQL refuses) is isolated by bisecting the
+    chunk under savepoints, recorded in ``plan_failures``, and its neighbours are written.
+    """
+    params = {
+        "run_id": run_id,
+        "provider": provider,
+        "snapshot_at": snapshot_at,
+        "lo": lo,
+        "hi": hi,
+    }
+    try:
+        async with conn.transaction():
+            return await _apply(conn, params, 0, 2**62)
+    except psycopg.DatabaseError as exc:
+        if isinstance(exc, psycopg.OperationalError):
+            raise
+        log.warning("run %d chunk %s-%s: %s; isolating the bad row(s)", run_id, lo, hi, exc)
+    cur = await conn.execute(_q("chunk_seq_bounds", run_id), {"lo": lo, "hi": hi})
+    bounds = await cur.fetchone()
+    if bounds is None or bounds[0] is None:
+        return ChunkResult(0, 0, 0)
+    return await _bisect(conn, params, int(bounds[0]), int(bounds[1]))
+
+
+async def _apply(conn: AnyConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
+    cur = await conn.execute(
+        _q("apply_rows", params["run_id"]), {**params, "seq_lo": seq_lo, "seq_hi": seq_hi}
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return ChunkResult(rows=int(row[0]), written=int(row[1]), failed=0)
+
+
+async def _bisect(conn: AnyConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
+    try:
+        async with conn.transaction():
+            return await _apply(conn, params, seq_lo, seq_hi)
+    except psycopg.DatabaseError as exc:
+        if isinstance(exc, psycopg.OperationalError):
+            raise
+        if seq_hi - seq_lo > 1:
+            mid = (seq_lo + seq_hi) // 2
+            left = await _bisect(conn, params, seq_lo, mid)
+            right = await _bisect(conn, params, mid, seq_hi)
+            return ChunkResult(
+                left.rows + right.rows, left.written + right.written, left.failed + right.failed
+            )
+        await _record_failure(conn, params, seq_lo, exc)
+        return ChunkResult(rows=1, written=0, failed=1)
+
+
+async def _record_failure(
+    conn: AnyConn, params: dict[str, Any], seq: int, exc: psycopg.DatabaseError
+) -> None:
+    run_id = params["run_id"]
+    cur = await conn.execute(
+        _q("row_at", run_id), {"lo": params["lo"], "hi": params["hi"], "seq": seq}
+    )
+    ident = await cur.fetchone() or (None, None)
+    error = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    await conn.execute(
+        _Q["record_failure"],
+        {
+            "run_id": run_id,
+            "seq": seq,
+            "base_plan_id": ident[0],
+            "plan_id": ident[1],
+            "error": error[:1000],
+        },
+    )
+    log.error("run %d: plan %s/%s (seq %d) not written: %s", run_id, ident[0], ident[1], seq, error)

@@ -1,0 +1,96 @@
+"""Drive the real pipeline from tests: fetch over real HTTP, process with real workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import Backoff, WorkerConfig, WorkerStats
+from pgenough.plans.feed import PlanRecord, parse_bytes
+from pgenough.plans.fetch import FetchConfig, RunResult, fetch_provider
+from pgenough.plans.process import process_worker
+from pgenough.plans.provider import ProviderConfig
+from tests.plans.model import DUMP
+
+FAST_RETRIES = Backoff(base=0.01, cap=0.05)
+
+
+def provider(url: str, name: str = "sim", **kw: Any) -> ProviderConfig:
+    kw.setdefault("backoff", FAST_RETRIES)
+    kw.setdefault("read_timeout", 10.0)
+    return ProviderConfig(name=name, url=url, **kw)
+
+
+async def fetch(
+    pool: AsyncConnectionPool,
+    url: str,
+    name: str = "sim",
+    config: FetchConfig | None = None,
+    **kw: Any,
+) -> RunResult:
+    async with httpx.AsyncClient() as client:
+        result = await fetch_provider(
+            pool,
+            client,
+            provider(url, name, **kw),
+            config or FetchConfig(chunk_pages=16),
+            owner="test-fetch",
+        )
+    assert result is not None
+    return result
+
+
+async def process(pool: AsyncConnectionPool, concurrency: int = 2) -> WorkerStats:
+    config = WorkerConfig(concurrency=concurrency, batch_size=1, maintenance=None)
+    return await process_worker(pool, config).run(until_idle=True)
+
+
+async def ingest(pool: AsyncConnectionPool, url: str, name: str = "sim") -> RunResult:
+    result = await fetch(pool, url, name)
+    await process(pool)
+    return result
+
+
+async def dump(pool: AsyncConnectionPool) -> list[tuple[Any, ...]]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(DUMP)  # type: ignore[arg-type]
+        return await cur.fetchall()
+
+
+async def dump_bytes(pool: AsyncConnectionPool) -> bytes:
+    async with pool.connection() as conn:
+        out = bytearray()
+        async with conn.cursor().copy(f"COPY ({DUMP}) TO STDOUT") as copy:  # type: ignore[arg-type]
+            async for block in copy:
+                out += block
+        return bytes(out)
+
+
+async def run_row(pool: AsyncConnectionPool, run_id: int) -> dict[str, Any]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT status::text, reason, attempts, plans_staged, plans_skipped, skip_samples,"
+            " chunks_total, chunks_done, started_at, staged_at, processed_at,"
+            " to_regclass('pgenough.staging_' || id) IS NOT NULL AS has_staging"
+            " FROM pgenough.runs WHERE id = %s",
+            (run_id,),
+        )
+        names = [d.name for d in cur.description or []]
+        row = await cur.fetchone()
+    assert row is not None
+    return dict(zip(names, row, strict=True))
+
+
+async def queued_chunks(pool: AsyncConnectionPool) -> int:
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM pgenough.jobs WHERE queue = 'plans'")
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def download(url: str) -> list[PlanRecord]:
+    """The records a snapshot URL serves (pin its version!), parsed independently."""
+    records, _ = parse_bytes(httpx.get(url, timeout=60).content)
+    return records
