@@ -161,7 +161,7 @@ def test_versions_evolve_in_the_documented_ways() -> None:
     assert any(m == {"online", "offline"} for m in modes.values())
 
 
-def test_traps_are_present_at_5k_plans(tmp_path: Path) -> None:
+def test_traps_are_present_at_5k_plans() -> None:
     content = list(snapshot_plans(SEED, 1, 5000))
     base_plans_of_plan_id = defaultdict(set)
     for p in content:
