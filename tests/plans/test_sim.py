@@ -161,7 +161,7 @@ def test_versions_evolve_in_the_documented_ways() -> None:
     assert any(m == {"online", "offline"} for m in modes.values())
 
 
-def test_traps_are_present_at_5k_plans(tmp_path: Path) -> None:
+def test_traps_are_present_at_5k_plans() -> None:
     content = list(snapshot_plans(SEED, 1, 5000))
     base_plans_of_plan_id = defaultdict(set)
     for p in content:
@@ -229,7 +229,15 @@ def test_query_overrides_plans_seed_and_variant(sim: SimServer, client: httpx.Cl
 
 @pytest.mark.parametrize(
     "params",
-    [{"plans": "-1"}, {"plans": "x"}, {"version": "-2"}, {"variant": "xml"}, {"fault": "bogus"}],
+    [
+        {"plans": "-1"},
+        {"plans": "x"},
+        {"version": "-2"},
+        {"variant": "xml"},
+        {"fault": "bogus"},
+        {"fault": "hostile:xxe-net", "net_port": "http"},
+        {"fault": "hostile:xxe-file", "path": '/tmp/"x'},
+    ],
 )
 def test_bad_query_parameters_get_400(
     sim: SimServer, client: httpx.Client, params: dict[str, str]
@@ -405,7 +413,7 @@ def test_hostile_document_in_the_older_variant(sim: SimServer, client: httpx.Cli
 @pytest.mark.parametrize(
     "spec",
     ["bogus", "latency:x", "slow:-1", "truncate:2", "reset:nan", "404:1", "600", "399",
-     "hostile:nope", "hostile:xxe-net:abc", "malformed:1.5"],
+     "hostile:nope", "hostile:xxe-net:abc", "hostile:xxe-file:etc/passwd", "malformed:1.5"],
 )  # fmt: skip
 def test_unknown_faults_are_refused(spec: str) -> None:
     with pytest.raises(ValueError, match="fault"):

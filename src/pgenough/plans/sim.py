@@ -37,7 +37,12 @@ Faults (``name`` or ``name:argument``):
   ``/etc/passwd``, or ``?path=``), or external entities on ``http://127.0.0.1:PORT/`` (or
   ``?net_port=``), used in the first base_plan's title.
 
-How versions evolve, and the traps every snapshot carries, are described in ``simdata``.
+Evolution (details in ``simdata``): snapshot ``(seed, version, plans)`` is a pure function.
+From one version to the next, a few percent of the plans vanish and are replaced by new ones
+(always ``plans`` in all), some base_plans turn offline or online, titles change, end times move
+and prices change; every snapshot carries the feed's traps (reused plan_ids, impossible dates,
+repeated zone_ids, escaped non-ASCII titles, capacity 0). ``snapshot_plans`` is the truth the
+XML is rendered from, so a test computes what changed by comparing two versions of it.
 
 In-process use: ``with SimServer(plans=1000, seed=1) as sim: httpx.get(sim.url)``; the
 foreground server is :func:`serve`.
@@ -47,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import socket
 import struct
@@ -71,12 +75,30 @@ from pgenough.plans.simdata import (
     BYTES_PER_PLAN,
     VARIANTS,
     HostileKind,
+    SimPlan,
+    SimZone,
     Variant,
     hostile_prologue,
     render_snapshot,
+    snapshot_plans,
 )
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_PLANS",
+    "DEFAULT_PORT",
+    "DEFAULT_SEED",
+    "Fault",
+    "SimConfig",
+    "SimPlan",
+    "SimServer",
+    "SimState",
+    "SimZone",
+    "create_app",
+    "parse_fault",
+    "render_snapshot",
+    "serve",
+    "snapshot_plans",
+]
 
 DEFAULT_PLANS: Final = 1000
 DEFAULT_SEED: Final = 0
@@ -123,7 +145,8 @@ def _number(text: str, default: float, spec: str, low: float, high: float) -> fl
 
 def parse_fault(spec: str) -> Fault:
     """The fault named by ``spec`` (see the module docstring); ValueError when it names none."""
-    name, _, arg = spec.strip().partition(":")
+    spec = spec.strip()
+    name, _, arg = spec.partition(":")
     name = name.lower()
     if name in ("", "ok", "none"):
         return NO_FAULT
@@ -139,9 +162,12 @@ def parse_fault(spec: str) -> Fault:
         kind, _, target = arg.partition(":")
         if kind not in get_args(HostileKind):
             raise ValueError(f"fault {spec!r}: hostile documents are {get_args(HostileKind)}")
-        if kind == "xxe-net" and target and not target.isdigit():
-            raise ValueError(f"fault {spec!r}: xxe-net takes a port")
-        return Fault(spec, "hostile", hostile=cast(HostileKind, kind), target=target)
+        hostile = cast(HostileKind, kind)
+        try:
+            hostile_prologue(hostile, target=target)  # refuses a bad path or port
+        except ValueError as exc:
+            raise ValueError(f"fault {spec!r}: {exc}") from None
+        return Fault(spec, "hostile", hostile=hostile, target=target)
     status = 500 if name == "5xx" else int(name) if name.isdigit() else 0
     if not 400 <= status <= 599:
         raise ValueError(f"unknown fault {spec!r}")
@@ -311,11 +337,15 @@ def create_app(config: SimConfig | None = None, state: SimState | None = None) -
             variant = query.get("variant", default_variant)
             if variant not in VARIANTS:
                 raise ValueError(f"variant must be one of {VARIANTS}")
-            fault = parse_fault(query["fault"]) if "fault" in query else None
+            fault = parse_fault(query["fault"]) if "fault" in query else state.take_fault()
+            doctype = preamble = ""
+            if fault.hostile is not None:
+                where = "path" if fault.hostile == "xxe-file" else "net_port"
+                target = fault.target or query.get(where, "")
+                doctype, preamble = hostile_prologue(fault.hostile, variant, target)
         except ValueError as exc:
             state.count(request.url.path, 400)
             return PlainTextResponse(f"400 bad request: {exc}\n", status_code=400)
-        fault = fault or state.take_fault()
         version = pinned if pinned >= 0 else state.take_version()
         headers = {
             "X-Sim-Version": str(version),
@@ -335,12 +365,6 @@ def create_app(config: SimConfig | None = None, state: SimState | None = None) -
                 headers["Retry-After"] = str(fault.retry_after)
             text = f"{fault.status} simulated by the provider simulator\n"
             return PlainTextResponse(text, status_code=fault.status, headers=headers)
-        doctype = preamble = ""
-        if fault.hostile is not None:
-            target = fault.target or query.get(
-                "path" if fault.hostile == "xxe-file" else "net_port", ""
-            )
-            doctype, preamble = hostile_prologue(fault.hostile, variant, target)
         chunks = render_snapshot(
             seed,
             version,

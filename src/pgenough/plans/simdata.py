@@ -239,10 +239,6 @@ _PLAN_SCHEDULES = _make_schedules(1, ((30, 94), (10, 42), (6, 22)))
 _BP_SCHEDULES = _make_schedules(2, ((40, 104), (8, 40), (20, 84)))
 _BP_SIZES = (1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3)  # mean 1.94 plans per base_plan
 
-_K_END = 0x9E3779B97F4A7C15
-_K_PRICE = 0xC2B2AE3D27D4EB4F
-_K_DEFECT = 0x165667B19E3779F9
-
 
 # --- the one generator both outputs come from ----------------------------------------------
 # A base plan record: (base_plan_id, offline, title_index, suffix_index, org_index, plans), and
@@ -262,9 +258,9 @@ def _check(version: int, plans: int, malformed: float) -> None:
 def _base_records(seed: int, version: int, plans: int, malformed: float) -> Iterator[_BaseRecord]:
     _check(version, plans, malformed)
     draw = random.Random(seed).getrandbits
-    days_t, midnight, clock = _DAYS_T, _MIDNIGHT, _CLOCK
-    showtimes, durations = _SHOWTIMES, _DURATIONS
-    plan_schedules = _PLAN_SCHEDULES
+    days_t, midnight, clock, impossible = _DAYS_T, _MIDNIGHT, _CLOCK, _IMPOSSIBLE_DAYS
+    showtimes, durations, plan_schedules = _SHOWTIMES, _DURATIONS, _PLAN_SCHEDULES
+    day0, start_days, venues, levels = _DAY0, _START_DAYS, _VENUES - 1, _PRICE_LEVELS
     defect_threshold = int(malformed * (1 << 24))
     slot = 0
     bp_slot = 0
@@ -279,20 +275,23 @@ def _base_records(seed: int, version: int, plans: int, malformed: float) -> Iter
         size = min(_BP_SIZES[(b >> 12) & 15], plans - slot)
         records: list[_PlanRecord] = []
         for j in range(size):
-            p = draw(64)
+            # Static bits: 0-11 schedule, 12-19 venue, 22-31 day, 32-35 showtime, 36-42 sale
+            # lead, 43 sell_to, 44-48 sold_out, 49-58 impossible date, 59-63 reused id,
+            # 64-71 price level, 72-74 duration, 75-95 defects.
+            p = draw(96)
             van_per, van_ph, end_per, end_ph, price_per, price_ph = plan_schedules[p & 4095]
             generation = bgen + (version + van_ph) // van_per
             plan_id = 1 + slot + plans * generation
             if j == 0:
-                if bp_slot and p >> 59 == 0:  # trap: reuse the previous base_plan's plan_id
+                if bp_slot and (p >> 59) & 31 == 0:  # trap: the previous base_plan's plan_id
                     plan_id = previous_first_id
                 previous_first_id = plan_id
-            day = _DAY0 + (((p >> 22) & 1023) + generation * 37) % _START_DAYS
+            day = day0 + (((p >> 22) & 1023) + generation * 37) % start_days
             start = day * 1440 + showtimes[(p >> 32) & 15]
-            end = start + durations[((p * _K_END * ((version + end_ph) // end_per + 1)) >> 40) & 7]
+            end = start + durations[((p >> 72) + (version + end_ph) // end_per * 3) & 7]
             sell_to = start - (70 if (p >> 43) & 1 else 10)
             if (p >> 49) & 1023 < 3:  # trap: a date that does not exist
-                bad = _IMPOSSIBLE_DAYS[(p >> 22) & 7]
+                bad = impossible[(p >> 22) & 7]
                 start_s = bad + clock[start % 1440]
                 end_s = bad + clock[end % 1440]
             else:
@@ -300,7 +299,7 @@ def _base_records(seed: int, version: int, plans: int, malformed: float) -> Iter
                 end_s = days_t[end // 1440] + clock[end % 1440]
             defect: Defect | None = None
             if defect_threshold:
-                roll = ((p * _K_DEFECT * (version + 1)) >> 32) & 0xFFFFFFF
+                roll = ((p >> 75) * 0x9E3779B97F4A7C15 * (version + 1) >> 40) & 0xFFFFFFF
                 if roll & 0xFFFFFF < defect_threshold:
                     defect = DEFECTS[roll >> 26]
             records.append(
@@ -311,9 +310,8 @@ def _base_records(seed: int, version: int, plans: int, malformed: float) -> Iter
                     midnight[day - 3 - ((p >> 36) & 127)],
                     days_t[sell_to // 1440] + clock[sell_to % 1440],
                     (p >> 44) & 31 < 2,
-                    ((p >> 12) + generation * 389) & (_VENUES - 1),
-                    ((p * _K_PRICE * ((version + price_ph) // price_per + 1)) >> 40)
-                    % _PRICE_LEVELS,
+                    ((p >> 12) + generation * 89) & venues,
+                    (((p >> 64) & 255) + (version + price_ph) // price_per * 53) % levels,
                     defect,
                 )
             )
@@ -552,9 +550,14 @@ def hostile_prologue(
         ]
         declarations, title = "\n".join(levels) + "\n", "&lol9;"
     elif kind == "xxe-file":
-        declarations = f'<!ENTITY xxe SYSTEM "file://{target or "/etc/passwd"}">\n'
+        path = target or "/etc/passwd"
+        if not path.startswith("/") or any(c in path for c in '"<>%&'):
+            raise ValueError(f"xxe-file needs an absolute path without quotes: {path!r}")
+        declarations = f'<!ENTITY xxe SYSTEM "file://{path}">\n'
         content = "&xxe;"
     elif kind == "xxe-net":
+        if target and not (target.isdigit() and 0 < int(target) < 65536):
+            raise ValueError(f"xxe-net needs a port: {target!r}")
         url = f"http://127.0.0.1:{int(target or 9)}/"
         declarations = (
             f'<!ENTITY xxe SYSTEM "{url}xxe">\n'
