@@ -143,7 +143,7 @@ async def _run(
     log.info("run %d: fetching %s from %s", run_id, provider.name, provider.url)
     progress = Progress()
     parser = FeedParser()
-    writer = store.StagingWriter(run_id, provider.name)
+    writer = store.StagingWriter(run_id)
     last_beat = time.monotonic()
 
     async def beat(force: bool = False) -> None:

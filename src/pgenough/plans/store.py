@@ -27,14 +27,15 @@ _Q = named_queries("pgenough.plans", "store")
 MIGRATIONS = MigrationSet("plans", "pgenough.plans")
 """The plan service's schema track; pass it to ``pgenough.core.migrate``."""
 
-# Plan ids are UUIDv5 names in this namespace: stable across runs, hosts and versions.
+# Plan ids are name-based UUIDs (v3) in this namespace: stable across runs, hosts and
+# versions. The database computes them (pgenough.plan_uuid) where rows are written.
 PLAN_NAMESPACE = uuid.UUID("6f1c2b7e-3d4a-5b8c-9e0f-a1b2c3d4e5f6")
 DEFAULT_CHUNK_PAGES = 128  # about 5,000 staged plans
 
 
 def plan_uuid(provider: str, base_plan_id: str, plan_id: str) -> uuid.UUID:
-    """The API id of a plan, derived from its identity."""
-    return uuid.uuid5(PLAN_NAMESPACE, f"{provider}\x1f{base_plan_id}\x1f{plan_id}")
+    """The API id of a plan, derived from its identity (as ``pgenough.plan_uuid`` does)."""
+    return uuid.uuid3(PLAN_NAMESPACE, f"{provider}\x1f{base_plan_id}\x1f{plan_id}")
 
 
 def staging_table(run_id: int) -> sql.Identifier:
@@ -65,7 +66,6 @@ class StagingWriter:
     """Appends parsed plans to a run's staging table, one COPY per batch."""
 
     run_id: int
-    provider: str
     seq: int = 0
 
     def reset(self) -> None:
@@ -74,13 +74,11 @@ class StagingWriter:
     async def write(self, conn: AnyConn, records: Iterable[PlanRecord]) -> int:
         """COPY ``records`` (in one statement, committed with the connection's transaction)."""
         n = 0
-        provider = self.provider
         async with conn.cursor().copy(_q("copy_staging", self.run_id)) as copy:
             for r in records:
                 await copy.write_row(
                     (
                         self.seq,
-                        plan_uuid(provider, r.base_plan_id, r.plan_id),
                         r.base_plan_id,
                         r.plan_id,
                         r.title,

@@ -32,6 +32,20 @@ CREATE TABLE pgenough.runs (
 CREATE INDEX runs_provider_idx ON pgenough.runs (provider, started_at DESC);
 CREATE INDEX runs_running_idx ON pgenough.runs (heartbeat_at) WHERE status = 'RUNNING';
 
+-- A plan's API id: the name-based UUID (version 3, RFC 4122) of "provider\x1fbase\x1fplan" in
+-- pgenough's namespace; the same as store.plan_uuid() in Python, stable forever.
+CREATE FUNCTION pgenough.plan_uuid(provider text, base_plan_id text, plan_id text)
+RETURNS uuid
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (
+    SELECT (substr(h, 1, 12) || '3' || substr(h, 14, 3)
+            || to_hex((('x' || substr(h, 17, 1))::bit(4)::int & 3) | 8)
+            || substr(h, 18))::uuid
+    FROM (SELECT md5(decode('6f1c2b7e3d4a5b8c9e0fa1b2c3d4e5f6', 'hex')
+                     || convert_to(provider || chr(31) || base_plan_id || chr(31) || plan_id,
+                                   'UTF8')) AS h) named
+);
+
 -- Canonical plans: only what the newest snapshot containing each plan said. Rewritten only
 -- when that content changes, so re-ingesting a snapshot leaves this table untouched.
 CREATE TABLE pgenough.plans (

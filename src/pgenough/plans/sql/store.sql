@@ -2,7 +2,6 @@
 -- A run's own staging table (dropped whole when the run ends: no vacuum debt).
 CREATE TABLE {staging} (
     seq                   bigint NOT NULL,
-    id                    uuid NOT NULL,
     base_plan_id          text NOT NULL,
     plan_id               text NOT NULL,
     title                 text NOT NULL,
@@ -27,7 +26,7 @@ DROP TABLE IF EXISTS {staging}
 
 -- name: copy_staging
 -- Bulk-load parsed plans.
-COPY {staging} (seq, id, base_plan_id, plan_id, title, sell_mode, organizer_company_id,
+COPY {staging} (seq, base_plan_id, plan_id, title, sell_mode, organizer_company_id,
                 starts_at, ends_at, sell_from, sell_to, sold_out, min_price, max_price)
 FROM STDIN
 
@@ -53,7 +52,8 @@ WITH src AS (
     INSERT INTO pgenough.plans AS p (
         provider, base_plan_id, plan_id, id, title, sell_mode, organizer_company_id,
         starts_at, ends_at, sell_from, sell_to, sold_out, min_price, max_price, ever_online)
-    SELECT %(provider)s, s.base_plan_id, s.plan_id, s.id, s.title, s.sell_mode,
+    SELECT %(provider)s, s.base_plan_id, s.plan_id,
+           pgenough.plan_uuid(%(provider)s, s.base_plan_id, s.plan_id), s.title, s.sell_mode,
            s.organizer_company_id, s.starts_at, s.ends_at, s.sell_from, s.sell_to,
            s.sold_out, s.min_price, s.max_price, s.sell_mode = 'online'
     FROM src s JOIN seen USING (base_plan_id, plan_id)
