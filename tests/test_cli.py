@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
 from tests.helpers.procs import ROOT
@@ -73,3 +74,67 @@ def test_demo_runs_the_checkout_end_to_end(worker_env: dict[str, str]) -> None:
     assert result.returncode == 0, result.stderr
     assert "all 3 orders confirmed exactly once." in result.stdout
     assert result.stdout.count("  confirmed: order") == 3
+
+
+def test_bad_provider_spec_is_one_clear_line(worker_env: dict[str, str]) -> None:
+    result = pgenough("worker", "fetch", "--once", "--provider", "no-url-here", env=worker_env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: provider 'no-url-here': expected NAME=URL"
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_worker_modes_and_the_simulator_from_the_command_line(
+    db: object, worker_env: dict[str, str], database_url: str
+) -> None:
+    port = free_port()
+    sim = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "pgenough"),
+            "provider-sim",
+            "--plans",
+            "300",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=worker_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert sim.stdout is not None
+        assert sim.stdout.readline().startswith("provider simulator: http://127.0.0.1:")
+        url = f"http://127.0.0.1:{port}/planList"
+        ok = pgenough(
+            "worker", "fetch", "--once", "--provider", f"good={url}?version=1", env=worker_env
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert "STAGED" in ok.stdout
+        bad = pgenough(
+            "worker",
+            "fetch",
+            "--once",
+            "--provider",
+            f"good={url}?fault=404",
+            "--provider",
+            f"other={url}?version=2",
+            env=worker_env,
+        )
+        assert bad.returncode == 1  # one run failed
+        assert "FAILED" in bad.stdout and "STAGED" in bad.stdout
+        drained = pgenough("worker", "process", "--until-idle", env=worker_env)
+        assert drained.returncode == 0, drained.stderr
+        assert "chunks applied: " in drained.stdout
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    with psycopg.connect(database_url) as conn:
+        statuses = conn.execute(
+            "SELECT provider, status::text FROM pgenough.runs ORDER BY id"
+        ).fetchall()
+        plans = conn.execute("SELECT count(*) FROM pgenough.plans").fetchone()
+    assert statuses[0] == ("good", "PROCESSED")
+    assert sorted(statuses[1:]) == [("good", "FAILED"), ("other", "PROCESSED")]
+    assert plans is not None and plans[0] > 300

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from pgenough.plans.feed import PlanRecord
@@ -65,13 +64,9 @@ def expected_rows(
                 r.sell_from,
                 r.sell_to,
                 r.sold_out,
-                _money(r.min_price),
-                _money(r.max_price),
+                r.min_price,
+                r.max_price,
                 s.ever_online,
             )
         )
     return rows
-
-
-def _money(value: Decimal) -> Decimal:
-    return value.quantize(Decimal("0.01"))

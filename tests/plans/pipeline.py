@@ -53,10 +53,11 @@ async def ingest(pool: AsyncConnectionPool, url: str, name: str = "sim") -> RunR
     return result
 
 
-async def dump(pool: AsyncConnectionPool) -> list[tuple[Any, ...]]:
+async def dump(pool: AsyncConnectionPool, provider: str | None = None) -> list[tuple[Any, ...]]:
     async with pool.connection() as conn:
         cur = await conn.execute(DUMP)  # type: ignore[arg-type]
-        return await cur.fetchall()
+        rows = await cur.fetchall()
+    return [r for r in rows if provider is None or r[0] == provider]
 
 
 async def dump_bytes(pool: AsyncConnectionPool) -> bytes:

@@ -61,11 +61,14 @@ CREATE TABLE pgenough.plans (
     sell_from             timestamptz,
     sell_to               timestamptz,
     sold_out              boolean NOT NULL,
-    min_price             numeric(12, 2) NOT NULL,
-    max_price             numeric(12, 2) NOT NULL,
+    -- Exactly as the provider wrote them (no rounding, no scale limit).
+    min_price             numeric NOT NULL CHECK (min_price >= 0),
+    max_price             numeric NOT NULL,
     -- Sticky: true once any snapshot showed the plan's base_plan online.
     ever_online           boolean NOT NULL,
-    PRIMARY KEY (provider, base_plan_id, plan_id)
+    PRIMARY KEY (provider, base_plan_id, plan_id),
+    CHECK (min_price <= max_price),
+    CHECK (starts_at <= ends_at)
 );
 CREATE INDEX plans_search_idx ON pgenough.plans (starts_at, id) WHERE ever_online;
 

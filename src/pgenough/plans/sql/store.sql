@@ -37,10 +37,14 @@ FROM STDIN
 -- differs (so re-ingesting a snapshot writes nothing). Rows from an older snapshot can
 -- still set the sticky ever_online flag.
 WITH src AS (
-    SELECT *
+    -- A plan listed twice in one snapshot: its first listing gives the content, any
+    -- listing can make it ever-online.
+    SELECT DISTINCT ON (base_plan_id, plan_id) *,
+           bool_or(sell_mode = 'online') OVER (PARTITION BY base_plan_id, plan_id) AS any_online
     FROM {staging}
     WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid
       AND seq >= %(seq_lo)s AND seq < %(seq_hi)s
+    ORDER BY base_plan_id, plan_id, seq
 ), seen AS (
     INSERT INTO pgenough.plan_seen AS ps (provider, base_plan_id, plan_id, seen_at, run_id)
     SELECT %(provider)s, base_plan_id, plan_id, %(snapshot_at)s, %(run_id)s FROM src
@@ -55,7 +59,7 @@ WITH src AS (
     SELECT %(provider)s, s.base_plan_id, s.plan_id,
            pgenough.plan_uuid(%(provider)s, s.base_plan_id, s.plan_id), s.title, s.sell_mode,
            s.organizer_company_id, s.starts_at, s.ends_at, s.sell_from, s.sell_to,
-           s.sold_out, s.min_price, s.max_price, s.sell_mode = 'online'
+           s.sold_out, s.min_price, s.max_price, s.any_online
     FROM src s JOIN seen USING (base_plan_id, plan_id)
     ON CONFLICT (provider, base_plan_id, plan_id) DO UPDATE
         SET title = EXCLUDED.title, sell_mode = EXCLUDED.sell_mode,
@@ -76,7 +80,7 @@ WITH src AS (
     UPDATE pgenough.plans p
     SET ever_online = true
     FROM src s
-    WHERE s.sell_mode = 'online' AND NOT p.ever_online
+    WHERE s.any_online AND NOT p.ever_online
       AND p.provider = %(provider)s AND p.base_plan_id = s.base_plan_id
       AND p.plan_id = s.plan_id
       AND NOT EXISTS (SELECT 1 FROM seen
