@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.core import Message, subscribe
 from pgenough.plans.fetch import FetchConfig
+from pgenough.plans.process import PLANS_CHANGED
 from pgenough.plans.sim import SimServer
 from tests.plans.model import expected_rows
 from tests.plans.pipeline import (
@@ -40,7 +43,7 @@ def sim() -> Iterator[SimServer]:
 
 
 async def test_only_a_staged_run_has_claimable_work(
-    db: AsyncConnectionPool, sim: SimServer
+    db: AsyncConnectionPool, sim: SimServer, database_url: str
 ) -> None:
     # A slow body keeps the run RUNNING long enough to look at it.
     sim.set_faults(["slow:0.15"])
@@ -66,10 +69,23 @@ async def test_only_a_staged_run_has_claimable_work(
 
     result = await fetching
     staged = await run_row(db, result.run_id)
+    changed: asyncio.Queue[object] = asyncio.Queue()
     assert staged["status"] == "STAGED"
     assert staged["chunks_total"] > 1
     assert await queued_chunks(db) == staged["chunks_total"]
-    assert (await process(db)).completed == staged["chunks_total"]
+    async with subscribe(database_url, PLANS_CHANGED) as sub:
+
+        async def first_message() -> None:
+            async for item in sub:
+                await changed.put(item)
+                return
+
+        listener = asyncio.create_task(first_message())
+        assert (await process(db)).completed == staged["chunks_total"]
+        await asyncio.wait_for(listener, 10)
+    message = await changed.get()
+    assert isinstance(message, Message)
+    assert json.loads(message.payload)["run_id"] == result.run_id
     processed = await run_row(db, result.run_id)
     assert processed["status"] == "PROCESSED"
     assert processed["chunks_done"] == processed["chunks_total"]

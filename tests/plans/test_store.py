@@ -71,3 +71,27 @@ async def test_a_row_postgres_refuses_is_isolated_and_its_neighbours_written(
         assert await cur.fetchone() == (1,)
     assert (seq, base, plan) == (5, "b", "5")
     assert "check constraint" in error
+
+
+async def test_the_reaper_fails_runs_whose_worker_stopped_heartbeating(
+    db: AsyncConnectionPool,
+) -> None:
+    from pgenough.plans.fetch import fail_stale_runs
+    from tests.plans.pipeline import run_row
+
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO pgenough.runs (provider, url, owner, heartbeat_at) VALUES"
+            " ('a', 'http://x', 'gone', now() - interval '10 minutes'),"
+            " ('b', 'http://x', 'alive', now()) RETURNING id"
+        )
+        stale, alive = [r[0] for r in await cur.fetchall()]
+        for run_id in (stale, alive):
+            await store.create_staging(conn, run_id)
+        assert await fail_stale_runs(conn, stale_after=60) == [stale]
+    dead = await run_row(db, stale)
+    assert dead["status"] == "FAILED"
+    assert str(dead["reason"]).startswith("fetch worker stopped heartbeating at ")
+    assert not dead["has_staging"]
+    live = await run_row(db, alive)
+    assert (live["status"], live["has_staging"]) == ("RUNNING", True)
