@@ -112,22 +112,14 @@ async def fetch(
     """
     rng = rng or random.Random()
     for number in range(1, config.max_attempts + 1):
-        started = time.monotonic()
-        at = datetime.now(UTC)
-        received = 0
-
-        async def counted(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            nonlocal received
-            async for chunk in body:
-                received += len(chunk)
-                yield chunk
-
+        attempt = _AttemptLog(number, on_attempt)
+        report, counted = attempt.report, attempt.counted
         try:
             try:
                 async with client.stream("GET", config.url, timeout=config.timeout()) as resp:
                     if resp.status_code != 200:
                         await resp.aread()
-                        raise _status_outcome(config, resp, at)
+                        raise _status_outcome(config, resp, attempt.at)
                     try:
                         result = await consume(counted(resp.aiter_bytes()))
                     except httpx.TransportError:
@@ -135,17 +127,7 @@ async def fetch(
                     except Exception as exc:
                         # The body arrived but could not be used (e.g. invalid XML): that
                         # attempt is over and on the record; the caller decides the rest.
-                        await on_attempt(
-                            Attempt(
-                                number,
-                                at.isoformat(),
-                                time.monotonic() - started,
-                                200,
-                                str(exc),
-                                None,
-                                received,
-                            )
-                        )
+                        await report(200, str(exc))
                         raise
             except httpx.TimeoutException as exc:
                 raise _Retry(f"timeout ({type(exc).__name__})", None, None) from exc
@@ -165,17 +147,7 @@ async def fetch(
                 if delay > config.max_retry_after:
                     reason = f"{reason}; Retry-After {delay:g}s exceeds {config.max_retry_after:g}s"
                     last, delay = True, None
-            await on_attempt(
-                Attempt(
-                    number,
-                    at.isoformat(),
-                    time.monotonic() - started,
-                    retry.status,
-                    retry.error,
-                    delay,
-                    received,
-                )
-            )
+            await report(retry.status, retry.error, delay)
             if last:
                 raise ProviderError(
                     f"provider {config.name}: {reason} (attempt {number} of {config.max_attempts})",
@@ -186,23 +158,42 @@ async def fetch(
             await sleep(delay)
             continue
         except ProviderError as exc:
-            await on_attempt(
-                Attempt(
-                    number,
-                    at.isoformat(),
-                    time.monotonic() - started,
-                    exc.status,
-                    str(exc),
-                    None,
-                    received,
-                )
-            )
+            await report(exc.status, str(exc))
             raise
-        await on_attempt(
-            Attempt(number, at.isoformat(), time.monotonic() - started, 200, None, None, received)
-        )
+        await report(200)
         return result
     raise AssertionError("unreachable")
+
+
+class _AttemptLog:
+    """Times one attempt, counts its bytes, and reports it once it is over."""
+
+    def __init__(self, number: int, on_attempt: Callable[[Attempt], Awaitable[None]]) -> None:
+        self.number = number
+        self.on_attempt = on_attempt
+        self.started = time.monotonic()
+        self.at = datetime.now(UTC)
+        self.received = 0
+
+    async def counted(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in body:
+            self.received += len(chunk)
+            yield chunk
+
+    async def report(
+        self, status: int | None, error: str | None = None, retry_in: float | None = None
+    ) -> None:
+        await self.on_attempt(
+            Attempt(
+                self.number,
+                self.at.isoformat(),
+                time.monotonic() - self.started,
+                status,
+                error,
+                retry_in,
+                self.received,
+            )
+        )
 
 
 def _status_outcome(config: ProviderConfig, resp: httpx.Response, at: datetime) -> Exception:
