@@ -56,6 +56,9 @@ Figures of the end-to-end step:
   the parser keeps; the run's bytes = the file's size; ``count(*) FROM pgenough.plans`` = the
   distinct ``(base_plan_id, plan_id)`` among the valid records. A failed check exits 1.
 
+Display: rates and ratios are truncated, memory figures and growth rounded up (never in the
+flattering direction); times are to the nearest millisecond.
+
 Targets printed at the end: e2e >= 25,000 plans/s at 1M; e2e >= 0.6 x the parse-only ceiling;
 the fetch worker's peak RSS <= 150 MiB at 1M and within 1.25 x of the 10k figure.
 """
@@ -66,6 +69,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import queue
@@ -131,8 +135,8 @@ class Spread:
 
     def describe(self, count: int, unit: str) -> str:
         rates = sorted(count / s for s in self.samples)
-        extra = f" (min {rates[0]:,.0f}, max {rates[-1]:,.0f}; n={len(rates)})"
-        return f"{self.rate(count):,.0f} {unit}{extra if len(rates) > 1 else ''}"
+        extra = f" (min {down(rates[0])}, max {down(rates[-1])}; n={len(rates)})"
+        return f"{down(self.rate(count))} {unit}{extra if len(rates) > 1 else ''}"
 
 
 @dataclass
@@ -400,7 +404,7 @@ def measure_ceilings(url: str, path: Path, plans: int, repeat: int) -> Ceilings:
     for i in range(repeat):
         spent, seen = parse_only(path)
         parse_samples.append(spent)
-        print(f"  parse-only #{i + 1}: {spent:.3f}s, {seen / spent:,.0f} plans/s", flush=True)
+        print(f"  parse-only #{i + 1}: {spent:.3f}s, {down(seen / spent)} plans/s", flush=True)
     records, parser = parse_all(path)
     keys = len({(r.base_plan_id, r.plan_id) for r in records})
     copy_samples = []
@@ -408,7 +412,7 @@ def measure_ceilings(url: str, path: Path, plans: int, repeat: int) -> Ceilings:
         spent = asyncio.run(copy_only(url, records, CEILING_RUN_ID + i))
         copy_samples.append(spent)
         rate = len(records) / spent
-        print(f"  COPY-only #{i + 1}: {spent:.3f}s, {rate:,.0f} rows/s", flush=True)
+        print(f"  COPY-only #{i + 1}: {spent:.3f}s, {down(rate)} rows/s", flush=True)
     return Ceilings(
         render_s=render_s,
         size_bytes=size,
@@ -638,8 +642,8 @@ def bench_size(
             result.runs.append(run)
             print(
                 f"  e2e #{i + 1}: fetch {run.fetch_s:.2f}s + process {run.process_s:.2f}s ="
-                f" {run.e2e_s:.2f}s, {plans / run.e2e_s:,.0f} plans/s, fetch RSS"
-                f" {run.fetch_rss_kib / 1024:.1f} MiB, checks {'FAILED' if problems else 'ok'}",
+                f" {run.e2e_s:.2f}s, {down(plans / run.e2e_s)} plans/s, fetch RSS"
+                f" {up(run.fetch_rss_kib / 1024)} MiB, checks {'FAILED' if problems else 'ok'}",
                 flush=True,
             )
         return result
@@ -663,12 +667,24 @@ def _show_logs(logs: Path) -> None:
 # --- report -----------------------------------------------------------------------------------
 
 
+def down(value: float, digits: int = 0) -> str:
+    """A higher-is-better figure for display: truncated, never rounded up."""
+    scale = 10**digits
+    return f"{math.floor(value * scale) / scale:,.{digits}f}"
+
+
+def up(value: float, digits: int = 1) -> str:
+    """A lower-is-better figure (memory, growth) for display: rounded up, never down."""
+    scale = 10**digits
+    return f"{math.ceil(value * scale) / scale:,.{digits}f}"
+
+
 def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
 def _rate(count: int, seconds: float | None) -> str:
-    return "n/a" if not seconds else f"{count / seconds:,.0f}"
+    return "n/a" if not seconds else down(count / seconds)
 
 
 def print_size(r: SizeResult) -> None:
@@ -677,7 +693,7 @@ def print_size(r: SizeResult) -> None:
     rows: list[tuple[str, str]] = [
         ("snapshot", f"{c.size_bytes:,} bytes; {c.plans_seen:,} plans, {c.records:,} valid,"
                      f" {c.skipped:,} skipped, {c.distinct_keys:,} distinct keys"),
-        ("render (sim, in-process)", f"{c.render_s:.3f}s = {n / c.render_s:,.0f} plans/s"),
+        ("render (sim, in-process)", f"{c.render_s:.3f}s = {down(n / c.render_s)} plans/s"),
         ("parse-only", f"{c.parse.median:.3f}s = {c.parse.describe(c.plans_seen, 'plans/s')}"),
         ("COPY-only", f"{c.copy.median:.3f}s = {c.copy.describe(c.records, 'rows/s')}"),
     ]  # fmt: skip
@@ -696,9 +712,9 @@ def print_size(r: SizeResult) -> None:
             (f"{tag}: wall", f"{run.wall_s:.3f}s (fetch process {run.fetch_wall_s:.3f}s,"
                              f" process process {run.process_wall_s:.3f}s)"),
             (f"{tag}: fetch worker peak RSS", f"{run.fetch_rss_kib:,} KiB ="
-                                              f" {run.fetch_rss_kib / 1024:.1f} MiB; VmRSS curve"
+                                              f" {up(run.fetch_rss_kib / 1024)} MiB; VmRSS curve"
                                               f" {run.fetch_rss_curve} MiB"),
-            (f"{tag}: process worker peak RSS", f"{run.process_rss_kib / 1024:.1f} MiB"),
+            (f"{tag}: process worker peak RSS", f"{up(run.process_rss_kib / 1024)} MiB"),
             (f"{tag}: runs.processed_at", f"{run.processed_at_lag_s:.3f}s before the run was"
                                           " seen PROCESSED (now() = last chunk's tx start)"),
             (f"{tag}: CPU seconds", f"fetch worker {run.fetch_cpu_s:.2f}, process worker"
@@ -708,7 +724,7 @@ def print_size(r: SizeResult) -> None:
                             f" {run.plans_in_table:,}"),
         ]  # fmt: skip
     if r.runs:
-        rows.append(("e2e / parse-only", f"{r.e2e_rate / c.parse.rate(c.plans_seen):.3f}"))
+        rows.append(("e2e / parse-only", down(r.e2e_rate / c.parse.rate(c.plans_seen), 3)))
     rows.append(("checks", "; ".join(r.problems) if r.problems else "ok"))
     width = max(len(k) for k, _ in rows)
     print(f"\n{r.plans:,} plans (database {r.database})")
@@ -731,11 +747,11 @@ def print_summary(results: list[SizeResult]) -> bool:
         applies = [x.apply_s for x in r.runs if x.apply_s is not None]
         apply = f"{statistics.median(applies):.3f}" if applies else "n/a"
         print(
-            f"{r.plans:>9,} {r.e2e_rate:>12,.0f} {r.median(lambda x: x.e2e_s):>8.3f}"
+            f"{r.plans:>9,} {down(r.e2e_rate):>12} {r.median(lambda x: x.e2e_s):>8.3f}"
             f" {r.median(lambda x: x.fetch_s):>8.3f} {r.median(lambda x: x.process_s):>9.3f}"
-            f" {apply:>8} {c.parse.rate(c.plans_seen):>13,.0f}"
-            f" {c.copy.rate(c.records):>11,.0f}"
-            f" {r.e2e_rate / c.parse.rate(c.plans_seen):>9.3f} {r.rss_mib:>8.1f}"
+            f" {apply:>8} {down(c.parse.rate(c.plans_seen)):>13}"
+            f" {down(c.copy.rate(c.records)):>11}"
+            f" {down(r.e2e_rate / c.parse.rate(c.plans_seen), 3):>9} {up(r.rss_mib):>8}"
         )
     by_size = {r.plans: r for r in results if r.runs}
     print("\nTargets")
@@ -747,12 +763,12 @@ def print_summary(results: list[SizeResult]) -> bool:
         _target(
             f"e2e >= {TARGET_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}",
             big.e2e_rate >= TARGET_E2E,
-            f"{big.e2e_rate:,.0f} plans/s",
+            f"{down(big.e2e_rate)} plans/s",
         )
         _target(
             f"fetch RSS <= {TARGET_RSS_MIB:.0f} MiB at {TARGET_E2E_SIZE:,}",
             big.rss_mib <= TARGET_RSS_MIB,
-            f"{big.rss_mib:.1f} MiB",
+            f"{up(big.rss_mib)} MiB",
         )
     for r in results:
         if r.runs:
@@ -760,7 +776,7 @@ def print_summary(results: list[SizeResult]) -> bool:
             _target(
                 f"e2e >= {TARGET_PARSE_RATIO} x parse-only at {r.plans:,}",
                 ratio >= TARGET_PARSE_RATIO,
-                f"{ratio:.3f}",
+                down(ratio, 3),
             )
     base = by_size.get(RSS_BASE_SIZE)
     if base is None:
@@ -772,7 +788,7 @@ def print_summary(results: list[SizeResult]) -> bool:
                 _target(
                     f"fetch RSS at {r.plans:,} within {TARGET_RSS_GROWTH} x of {RSS_BASE_SIZE:,}",
                     growth <= TARGET_RSS_GROWTH,
-                    f"{growth:.3f} x ({r.rss_mib:.1f} / {base.rss_mib:.1f} MiB)",
+                    f"{up(growth, 3)} x ({up(r.rss_mib)} / {up(base.rss_mib)} MiB)",
                 )
     return all(not r.problems and r.runs for r in results)
 
