@@ -381,7 +381,7 @@ def parse_all(path: Path) -> tuple[list[PlanRecord], FeedParser]:
 async def copy_only(url: str, records: Sequence[PlanRecord], run_id: int) -> float:
     """Seconds spent in ``StagingWriter.write``, batches of 5,000, into a fresh table."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await store.create_staging(conn, run_id)
+        await store.create_staging(conn, run_id, "bench")
         writer = store.StagingWriter(run_id)
         spent = 0.0
         written = 0

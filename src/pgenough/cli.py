@@ -22,7 +22,6 @@ from rich.table import Table
 
 from pgenough import __version__
 from pgenough.core import PgenoughError, database_url, migrate, open_pool, schema_version
-from pgenough.plans import sim
 from pgenough.plans.fetch import RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
@@ -266,6 +265,8 @@ def provider_sim(
     seed: Annotated[int, typer.Option(help="Snapshots are a function of seed and version.")] = 1,
 ) -> None:
     """Serve generated planList snapshots, with injectable faults (see docs)."""
+    from pgenough.plans import sim  # imported here: the other commands never need it
+
     settings = _settings()
     _setup_logging(settings)
     try:

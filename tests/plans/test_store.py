@@ -44,12 +44,14 @@ async def test_a_row_postgres_refuses_is_isolated_and_its_neighbours_written(
         row = await cur.fetchone()
         assert row is not None
         run_id = row[0]
-        await store.create_staging(conn, run_id)
+        await store.create_staging(conn, run_id, "poison")
         # Seq 5 breaks a CHECK of plans (min above max): the parser never stages such a
         # row, which is exactly why the worker must survive one.
         await conn.execute(
             sql.SQL(
-                "INSERT INTO {} SELECT n, 'b', n::text, 'title', 'online', NULL,"
+                "INSERT INTO {} (seq, base_plan_id, plan_id, title, sell_mode,"
+                " organizer_company_id, starts_at, ends_at, sell_from, sell_to, sold_out,"
+                " min_price, max_price) SELECT n, 'b', n::text, 'title', 'online', NULL,"
                 " '2030-01-01Z', '2030-01-02Z', NULL, NULL, false,"
                 " CASE WHEN n = 5 THEN 9 ELSE 1 END, 2 FROM generate_series(0, 9) n"
             ).format(store.staging_table(run_id))
@@ -87,7 +89,7 @@ async def test_the_reaper_fails_runs_whose_worker_stopped_heartbeating(
         )
         stale, alive = [r[0] for r in await cur.fetchall()]
         for run_id in (stale, alive):
-            await store.create_staging(conn, run_id)
+            await store.create_staging(conn, run_id, "poison")
         assert await fail_stale_runs(conn, stale_after=60) == [stale]
     dead = await run_row(db, stale)
     assert dead["status"] == "FAILED"

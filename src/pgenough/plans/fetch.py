@@ -139,7 +139,7 @@ async def _run(
         row = await cur.fetchone()
         assert row is not None
         run_id, started_at = int(row[0]), row[1]
-        await store.create_staging(conn, run_id)
+        await store.create_staging(conn, run_id, provider.name)
     log.info("run %d: fetching %s from %s", run_id, provider.name, provider.url)
     progress = Progress()
     parser = FeedParser()
@@ -243,6 +243,7 @@ async def _seal(
     progress: Progress,
     parser: FeedParser,
 ) -> RunResult:
+    await store.analyze_staging(conn, run_id)
     chunks = await store.chunk_ranges(conn, run_id, config.chunk_pages)
     async with conn.transaction():
         await conn.execute(

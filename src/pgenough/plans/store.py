@@ -30,7 +30,7 @@ MIGRATIONS = MigrationSet("plans", "pgenough.plans")
 # Plan ids are name-based UUIDs (v3) in this namespace: stable across runs, hosts and
 # versions. The database computes them (pgenough.plan_uuid) where rows are written.
 PLAN_NAMESPACE = uuid.UUID("6f1c2b7e-3d4a-5b8c-9e0f-a1b2c3d4e5f6")
-DEFAULT_CHUNK_PAGES = 128  # about 5,000 staged plans
+DEFAULT_CHUNK_PAGES = 128  # about 7,500 staged plans
 
 
 def plan_uuid(provider: str, base_plan_id: str, plan_id: str) -> uuid.UUID:
@@ -49,8 +49,16 @@ def _q(name: str, run_id: int) -> sql.Composed:
 AnyConn = psycopg.AsyncConnection[Any]
 
 
-async def create_staging(conn: AnyConn, run_id: int) -> None:
-    await conn.execute(_q("create_staging", run_id))
+async def create_staging(conn: AnyConn, run_id: int, provider: str) -> None:
+    await conn.execute(
+        sql.SQL(_Q["create_staging"]).format(
+            staging=staging_table(run_id), provider=sql.Literal(provider)
+        )
+    )
+
+
+async def analyze_staging(conn: AnyConn, run_id: int) -> None:
+    await conn.execute(_q("analyze_staging", run_id))
 
 
 async def truncate_staging(conn: AnyConn, run_id: int) -> None:

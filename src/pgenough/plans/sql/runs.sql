@@ -38,7 +38,7 @@ WHERE id = %(id)s
 -- The snapshot is fully staged: STAGED, counted, and (in the same transaction) its chunks
 -- become claimable.
 UPDATE pgenough.runs
-SET status = 'STAGED', staged_at = now(), heartbeat_at = now(), bytes = %(bytes)s,
+SET status = 'STAGED', staged_at = clock_timestamp(), heartbeat_at = now(), bytes = %(bytes)s,
     variant = %(variant)s, plans_staged = %(staged)s, plans_skipped = %(skipped)s,
     skip_samples = %(samples)s::jsonb, chunks_total = %(chunks)s
 WHERE id = %(id)s AND status = 'RUNNING'
@@ -47,7 +47,7 @@ RETURNING id
 -- name: fail_run
 -- The run failed; its staged rows are dropped in the same transaction.
 UPDATE pgenough.runs
-SET status = 'FAILED', failed_at = now(), reason = %(reason)s,
+SET status = 'FAILED', failed_at = clock_timestamp(), reason = %(reason)s,
     bytes = %(bytes)s, plans_staged = %(staged)s, plans_skipped = %(skipped)s,
     skip_samples = %(samples)s::jsonb
 WHERE id = %(id)s AND status = 'RUNNING'
@@ -68,7 +68,7 @@ RETURNING chunks_done >= chunks_total, provider, started_at
 -- name: mark_processed
 -- The run's last chunk is in.
 UPDATE pgenough.runs
-SET status = 'PROCESSED', processed_at = now()
+SET status = 'PROCESSED', processed_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'STAGED'
 RETURNING plans_written, rows_failed
 

@@ -4,6 +4,9 @@ CREATE TABLE {staging} (
     seq                   bigint NOT NULL,
     base_plan_id          text NOT NULL,
     plan_id               text NOT NULL,
+    -- Computed by the server as rows arrive, on the core the fetch worker leaves idle.
+    id                    uuid NOT NULL
+        GENERATED ALWAYS AS (pgenough.plan_uuid({provider}, base_plan_id, plan_id)) STORED,
     title                 text NOT NULL,
     sell_mode             text NOT NULL,
     organizer_company_id  text,
@@ -19,6 +22,10 @@ CREATE TABLE {staging} (
 -- name: truncate_staging
 -- Start the staging over (a retried download begins from the first byte).
 TRUNCATE {staging}
+
+-- name: analyze_staging
+-- Fresh statistics once the run is staged, so chunk statements are planned for real sizes.
+ANALYZE {staging}
 
 -- name: drop_staging
 -- The run is over.
@@ -56,8 +63,7 @@ WITH src AS (
     INSERT INTO pgenough.plans AS p (
         provider, base_plan_id, plan_id, id, title, sell_mode, organizer_company_id,
         starts_at, ends_at, sell_from, sell_to, sold_out, min_price, max_price, ever_online)
-    SELECT %(provider)s, s.base_plan_id, s.plan_id,
-           pgenough.plan_uuid(%(provider)s, s.base_plan_id, s.plan_id), s.title, s.sell_mode,
+    SELECT %(provider)s, s.base_plan_id, s.plan_id, s.id, s.title, s.sell_mode,
            s.organizer_company_id, s.starts_at, s.ends_at, s.sell_from, s.sell_to,
            s.sold_out, s.min_price, s.max_price, s.any_online
     FROM src s JOIN seen USING (base_plan_id, plan_id)
