@@ -56,7 +56,10 @@ async def test_the_excess_is_refused_fast_and_service_resumes(
                 for n in range(LIMIT + 8)
             ]
             # While the bulkhead is full, the spare connections still serve readiness.
-            await asyncio.sleep(SLOW / 3)
+            deadline = time.monotonic() + SLOW
+            while state(app).bulkhead.in_use < LIMIT:
+                assert time.monotonic() < deadline, "the bulkhead never filled"
+                await asyncio.sleep(0.01)
             ready_took, ready = await timed_get(client, "/health/ready")
             results = await asyncio.gather(*searches)
             total = time.monotonic() - started

@@ -52,10 +52,14 @@ async def test_search_is_fast_and_unchanged_while_a_provider_is_slow(
         await ingest(db, sim.url + "?version=1")
         async with serving(api_settings(database_url)) as (_, client):
             before = await answers(client)
+            requests = sim.stats()["requests"]
             slow = asyncio.create_task(
                 fetch(db, sim.url + "?version=2&fault=latency:3", read_timeout=10)
             )
-            await asyncio.sleep(0.2)  # the fetch is now waiting on the provider
+            deadline = time.monotonic() + 10
+            while sim.stats()["requests"] == requests:  # until the fetch waits on the provider
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
             for _ in range(5):
                 started = time.monotonic()
                 assert await answers(client) == before
