@@ -116,7 +116,11 @@ async def test_a_role_without_the_grant_is_refused_at_start_up(
     db: AsyncConnectionPool, database_url: str, api_role: str
 ) -> None:
     async with db.connection() as conn:
-        await conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(api_role)))
+        await conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(api_role), sql.Literal(PASSWORD)
+            )
+        )
     with pytest.raises(DatabaseError, match=r"may not read pgenough\.plans"):
         await prepare_database(as_role(database_url, api_role), migrate_schema=False)
 
