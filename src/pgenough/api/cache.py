@@ -48,6 +48,8 @@ class ResponseCache:
         """Bumped by every invalidation; see ``put``."""
         self.listening = False
         """True while the invalidation listener is connected; the cache is bypassed otherwise."""
+        self.listener_pid: int | None = None
+        """The server process of the listening session, while there is one."""
         self.invalidations = 0
         self._changed = asyncio.Event()
 
@@ -96,10 +98,11 @@ class ResponseCache:
         while self.invalidations < count:
             await self._changed.wait()
 
-    def set_listening(self, listening: bool, reason: str) -> None:
+    def set_listening(self, listening: bool, reason: str, pid: int | None = None) -> None:
         """The listener connected (the cache starts empty) or failed (it is bypassed)."""
         self.invalidate(reason)
         self.listening = listening
+        self.listener_pid = pid if listening else None
 
 
 async def invalidate_on(
@@ -115,10 +118,12 @@ async def invalidate_on(
     while True:
         try:
             async with subscribe(url, PLANS_CHANGED, ping_interval=ping_interval) as sub:
-                cache.set_listening(True, "listener")
+                cache.set_listening(True, "listener", sub.backend_pid)
                 started.set()
                 delay = RELISTEN_DELAY
                 async for item in sub:
+                    if isinstance(item, Gap):
+                        cache.listener_pid = sub.backend_pid  # a new session
                     cache.invalidate("gap" if isinstance(item, Gap) else PLANS_CHANGED)
         except psycopg.OperationalError as exc:
             log.warning("cache listener cannot connect (%s); cache bypassed", _first_line(exc))
