@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -86,12 +87,31 @@ def _main(
 
 
 @app.command("migrate")
-def migrate_cmd() -> None:
+def migrate_cmd(
+    api_role: Annotated[
+        str | None,
+        typer.Option(
+            "--api-role",
+            help="Also create (or tighten) this login role for `pgenough api`: it may only"
+            " read pgenough.plans.",
+        ),
+    ] = None,
+    api_password: Annotated[
+        str | None,
+        typer.Option(
+            "--api-password",
+            envvar="PGENOUGH_API_ROLE_PASSWORD",
+            help="Password to set on the API role (or PGENOUGH_API_ROLE_PASSWORD).",
+        ),
+    ] = None,
+) -> None:
     """Create or upgrade the schema (safe when replicas run it at the same time)."""
     settings = _settings()
     _setup_logging(settings)
+    if api_password is not None and not api_role:
+        _fail("--api-password needs --api-role", code=2)
 
-    async def main() -> tuple[int, list[str]]:
+    async def main() -> tuple[int, list[str], bool | None]:
         pool = await open_pool(
             database_url(settings.database_url, settings.data_dir),
             max_size=1,
@@ -100,15 +120,30 @@ def migrate_cmd() -> None:
         try:
             async with pool.connection() as conn:
                 applied = await migrate(conn, [PLANS_MIGRATIONS])
-                return await schema_version(conn), [
-                    f"{m.track}/{m.version:04d}_{m.name}" for m in applied
-                ]
+                created = None
+                if api_role:
+                    from pgenough.api import grant_api_role  # FastAPI: slow to import
+
+                    created = await grant_api_role(conn, api_role, api_password)
+                return (
+                    await schema_version(conn),
+                    [f"{m.track}/{m.version:04d}_{m.name}" for m in applied],
+                    created,
+                )
         finally:
             await pool.close()
 
-    version, applied = _run(main)
+    version, applied, created = _run(main)
     for name in applied:
         out.print(f"applied {name}")
+    if api_role:
+        verb = "created" if created else "updated"
+        out.print(
+            f"API role {api_role} {verb}: CONNECT, USAGE on schema pgenough,"
+            " SELECT on pgenough.plans",
+            soft_wrap=True,
+            highlight=False,
+        )
     out.print(f"schema version {version}")
 
 
@@ -253,6 +288,52 @@ def worker_process(
             return 0
         finally:
             await pool.close()
+
+    raise typer.Exit(_run(main))
+
+
+@app.command("api")
+def api_cmd(
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (default: settings, 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Port (default: settings, 8000).")
+    ] = None,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log every request (off: see /metrics).")
+    ] = False,
+) -> None:
+    """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
+    from pgenough.api import ApiConfigError, create_app, prepare_database  # slow to import
+    from pgenough.api.app import api_config
+
+    settings = _settings()
+    _setup_logging(settings)
+    try:
+        api_config(settings)  # impossible settings fail before the database starts
+    except ApiConfigError as exc:
+        _fail(f"invalid configuration: {exc}")
+    try:
+        url = database_url(settings.database_url, settings.data_dir)
+    except PgenoughError as exc:
+        _fail(str(exc))
+    api = create_app(settings.model_copy(update={"database_url": url}))
+    config = uvicorn.Config(
+        api,
+        host=host or settings.api_host,
+        port=settings.api_port if port is None else port,
+        workers=1,
+        loop="asyncio",
+        log_config=None,
+        access_log=access_log,
+    )
+    server = uvicorn.Server(config)
+
+    async def main() -> int:
+        await prepare_database(url, migrate_schema=settings.api_migrate)
+        await server.serve()
+        return 0 if server.started else 1
 
     raise typer.Exit(_run(main))
 

@@ -2,8 +2,8 @@
 
 Precedence: command-line options > environment (``DATABASE_URL``, ``PGENOUGH_*``) > the TOML
 file named by ``PGENOUGH_CONFIG`` (default ``./pgenough.toml`` when it exists) > defaults.
-Only ``cli.py`` (and later the API's app factory) reads this; they hand small typed configs
-to the code below them.
+Only ``cli.py`` and the API's app factory (``pgenough.api.create_app``) read this; they hand
+small typed configs to the code below them.
 """
 
 from __future__ import annotations
@@ -64,6 +64,43 @@ class Settings(BaseSettings):
     clean_interval: float = Field(default=60.0, gt=0)
     dead_retention: float = Field(default=7 * 24 * 3600.0, ge=0, description="Seconds.")
     message_retention: float = Field(default=3600.0, ge=0, description="Seconds.")
+
+    api_host: str = Field(default="127.0.0.1", description="Address `pgenough api` binds.")
+    api_port: int = Field(default=8000, ge=0, le=65535, description="Port `pgenough api` binds.")
+    api_max_concurrent_searches: int = Field(
+        default=8,
+        ge=1,
+        description="Searches running at once (the bulkhead); more get 503 TOO_BUSY at once. "
+        "At most pool_max_size - 2.",
+    )
+    api_search_timeout: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds a search may run in PostgreSQL (statement_timeout); "
+        "beyond it the request gets 503 TOO_BUSY.",
+    )
+    api_pool_timeout: float = Field(
+        default=1.0, gt=0, description="Seconds a request waits for a database connection."
+    )
+    api_ready_timeout: float = Field(
+        default=1.0, gt=0, description="Seconds /health/ready gives its SELECT 1."
+    )
+    api_cache_size: int = Field(
+        default=256, ge=0, description="First-page responses cached, at most (0: no cache)."
+    )
+    api_cache_ttl: float = Field(
+        default=5.0, ge=0, description="Seconds a cached response lives (0: no cache)."
+    )
+    api_migrate: bool = Field(
+        default=True,
+        description="Migrate on start-up; false when the API's role may only read.",
+    )
+    api_search_delay: float = Field(
+        default=0.0,
+        ge=0,
+        description="For tests and demos only: each search first sleeps this long in "
+        "PostgreSQL (pg_sleep), as a slow query would.",
+    )
 
     @classmethod
     def settings_customise_sources(

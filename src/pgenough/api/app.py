@@ -1,0 +1,142 @@
+"""The HTTP API: ``create_app(settings)`` builds it; its lifespan opens what it holds.
+
+At start-up the lifespan opens the API's pool (each connection with the search timeout as its
+``statement_timeout``), starts the cache's invalidation listener and waits until it listens,
+so no change committed after start-up is missed. ``prepare_database`` is what the CLI runs
+first: migrate (unless the role may only read) and check that the plans are readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import psycopg
+from fastapi import FastAPI
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgenough import __version__
+from pgenough.api import errors, health, routes
+from pgenough.api.bulkhead import Bulkhead
+from pgenough.api.cache import ResponseCache, invalidate_on
+from pgenough.api.config import ApiConfig
+from pgenough.api.deps import ApiState
+from pgenough.api.metrics import RequestMetrics
+from pgenough.api.search import Q
+from pgenough.core import DatabaseError, MigrationError, database_url, migrate, open_pool
+from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
+from pgenough.settings import Settings
+
+log = logging.getLogger(__name__)
+
+POOL_MIN_SIZE: Final = 2
+LISTEN_START_TIMEOUT: Final = 10.0
+
+
+def api_config(settings: Settings) -> ApiConfig:
+    return ApiConfig(
+        database_url=settings.database_url,
+        data_dir=settings.data_dir,
+        pool_max_size=settings.pool_max_size,
+        max_concurrent_searches=settings.api_max_concurrent_searches,
+        search_timeout=settings.api_search_timeout,
+        pool_timeout=settings.api_pool_timeout,
+        ready_timeout=settings.api_ready_timeout,
+        cache_size=settings.api_cache_size,
+        cache_ttl=settings.api_cache_ttl,
+        search_delay=settings.api_search_delay,
+    )
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API app; ``ApiConfigError`` at once when the settings are impossible."""
+    config = api_config(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with running(config) as state:
+            app.state.api = state
+            yield
+
+    app = FastAPI(
+        title="pgenough",
+        version=__version__,
+        summary="Events from the canonical plans, read from PostgreSQL only.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.add_middleware(RequestMetrics)
+    app.include_router(routes.router)
+    app.include_router(health.router)
+    return app
+
+
+@asynccontextmanager
+async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
+    """The pool, the cache and its listener, the bulkhead: opened, then closed."""
+    url = await asyncio.to_thread(database_url, config.database_url, config.data_dir)
+    pool = await open_pool(
+        with_statement_timeout(url, config.search_timeout),
+        min_size=min(POOL_MIN_SIZE, config.pool_max_size),
+        max_size=config.pool_max_size,
+        name="pgenough-api",
+    )
+    cache = ResponseCache(config.cache_size, config.cache_ttl)
+    listener: asyncio.Task[None] | None = None
+    try:
+        if config.cache_enabled:
+            listening = asyncio.Event()
+            listener = asyncio.create_task(invalidate_on(cache, url, listening), name="api-cache")
+            try:
+                async with asyncio.timeout(LISTEN_START_TIMEOUT):
+                    await listening.wait()
+            except TimeoutError:
+                log.warning("cache listener not connected yet: the cache is bypassed until it is")
+        yield ApiState(config, pool, cache, Bulkhead(config.max_concurrent_searches))
+    finally:
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+        await pool.close()
+
+
+def with_statement_timeout(url: str, seconds: float) -> str:
+    """``url`` whose sessions cancel any statement after ``seconds``."""
+    params = conninfo_to_dict(url)
+    options = f"{params.get('options') or ''} -c statement_timeout={max(1, round(seconds * 1000))}"
+    params["options"] = options.strip()
+    return make_conninfo("", **params)
+
+
+async def prepare_database(url: str, *, migrate_schema: bool) -> None:
+    """Before serving: migrate (unless the role may only read), then check that this role
+    can read ``pgenough.plans``; ``DatabaseError`` with what to do when it cannot."""
+    pool = await open_pool(url, max_size=1, name="pgenough-api-start")
+    try:
+        async with pool.connection() as conn:
+            if migrate_schema:
+                try:
+                    await migrate(conn, [PLANS_MIGRATIONS])
+                except MigrationError as exc:
+                    if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+                        raise DatabaseError(
+                            f"{exc}; this role may not migrate: set PGENOUGH_API_MIGRATE=0 and"
+                            " run `pgenough migrate` as the schema's owner"
+                        ) from exc
+                    raise
+            try:
+                await conn.execute(Q["plans_readable"])
+            except psycopg.errors.UndefinedTable as exc:
+                raise DatabaseError(
+                    "pgenough.plans does not exist: run `pgenough migrate` as the schema's owner"
+                ) from exc
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise DatabaseError(
+                    "this role may not read pgenough.plans: grant it with"
+                    " `pgenough migrate --api-role NAME` as the schema's owner"
+                ) from exc
+    finally:
+        await pool.close()

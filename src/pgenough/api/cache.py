@@ -1,0 +1,140 @@
+"""A small cache of first-page search responses, emptied whenever new plans land.
+
+Only first pages (offset 0) are cached, keyed by the normalised bounds and the limit, as the
+exact response bytes; at most ``size`` entries, each for ``ttl`` seconds. ``invalidate_on``
+listens to ``plans_changed`` (published by the process worker in the transaction that
+finishes a run) and empties the cache on every message and on every ``Gap``.
+
+Losing the cache changes speed, never answers:
+
+* a search records the cache's *generation* before it asks PostgreSQL and stores its answer
+  only if no invalidation happened meanwhile, so an answer read before new plans committed
+  is never stored after the message that announced them;
+* the cache is used only while its listener is connected (``listening``); when the listener
+  fails it is emptied and bypassed until it listens again;
+* while a dropped connection goes unnoticed (at most the subscription's ping interval) an
+  entry can outlive a change, never beyond its TTL, and the ``Gap`` that follows the
+  reconnect empties the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Final
+
+import psycopg
+
+from pgenough.api import metrics
+from pgenough.core import Gap, subscribe
+
+log = logging.getLogger(__name__)
+
+PLANS_CHANGED: Final = "plans_changed"  # the channel pgenough.plans.process publishes on
+RELISTEN_DELAY: Final = 0.5
+RELISTEN_MAX_DELAY: Final = 30.0
+
+
+class ResponseCache:
+    def __init__(self, size: int, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.size = size
+        self.ttl = ttl
+        self._clock = clock
+        self._entries: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
+        self.generation = 0
+        """Bumped by every invalidation; see ``put``."""
+        self.listening = False
+        """True while the invalidation listener is connected; the cache is bypassed otherwise."""
+        self.listener_pid: int | None = None
+        """The server process of the listening session, while there is one."""
+        self.invalidations = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def enabled(self) -> bool:
+        return self.listening and self.size > 0 and self.ttl > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> bytes | None:
+        if not self.enabled:
+            return None
+        entry = self._entries.get(key)
+        if entry is not None:
+            expires, body = entry
+            if expires > self._clock():
+                self._entries.move_to_end(key)
+                metrics.CACHE_HITS.inc()
+                return body
+            del self._entries[key]
+        metrics.CACHE_MISSES.inc()
+        return None
+
+    def put(self, key: Hashable, body: bytes, generation: int) -> bool:
+        """Store ``body`` unless the cache was invalidated since ``generation`` was read
+        (before the search asked PostgreSQL): then the answer may predate new plans."""
+        if not self.enabled or generation != self.generation:
+            return False
+        self._entries[key] = (self._clock() + self.ttl, body)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return True
+
+    def invalidate(self, reason: str) -> None:
+        self._entries.clear()
+        self.generation += 1
+        self.invalidations += 1
+        metrics.CACHE_INVALIDATIONS.labels(reason).inc()
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_invalidations(self, count: int) -> None:
+        """Return once ``invalidations`` reaches ``count`` (a hook for tests: no sleeps)."""
+        while self.invalidations < count:
+            await self._changed.wait()
+
+    def set_listening(self, listening: bool, reason: str, pid: int | None = None) -> None:
+        """The listener connected (the cache starts empty) or failed (it is bypassed)."""
+        self.invalidate(reason)
+        self.listening = listening
+        self.listener_pid = pid if listening else None
+
+
+async def invalidate_on(
+    cache: ResponseCache,
+    url: str,
+    started: asyncio.Event,
+    *,
+    ping_interval: float = 5.0,
+) -> None:
+    """Empty ``cache`` on every ``plans_changed`` message and every gap, until cancelled.
+    ``started`` is set once the first LISTEN succeeded or failed."""
+    delay = RELISTEN_DELAY
+    while True:
+        try:
+            async with subscribe(url, PLANS_CHANGED, ping_interval=ping_interval) as sub:
+                cache.set_listening(True, "listener", sub.backend_pid)
+                started.set()
+                delay = RELISTEN_DELAY
+                async for item in sub:
+                    if isinstance(item, Gap):
+                        cache.listener_pid = sub.backend_pid  # a new session
+                    cache.invalidate("gap" if isinstance(item, Gap) else PLANS_CHANGED)
+        except psycopg.OperationalError as exc:
+            log.warning("cache listener cannot connect (%s); cache bypassed", _first_line(exc))
+        except Exception:  # the top of a service loop: log, bypass the cache, listen again
+            log.exception("cache invalidation listener failed; cache bypassed until it is back")
+        cache.set_listening(False, "listener")
+        started.set()
+        await asyncio.sleep(delay)
+        delay = min(RELISTEN_MAX_DELAY, delay * 2)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

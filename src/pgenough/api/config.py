@@ -1,0 +1,55 @@
+"""The API's configuration: a frozen slice of the settings, checked when the app is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pgenough.api.errors import ApiConfigError
+
+DEFAULT_MAX_CONCURRENT_SEARCHES: Final = 8
+DEFAULT_SEARCH_TIMEOUT: Final = 2.0
+DEFAULT_POOL_TIMEOUT: Final = 1.0
+DEFAULT_READY_TIMEOUT: Final = 1.0
+DEFAULT_CACHE_SIZE: Final = 256
+DEFAULT_CACHE_TTL: Final = 5.0
+DEFAULT_POOL_MAX_SIZE: Final = 10
+# Connections the bulkhead leaves free for /health/ready and the pool's own checks.
+SPARE_CONNECTIONS: Final = 2
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    database_url: str | None = None
+    """None: the embedded server under ``data_dir`` (resolved at start-up)."""
+    data_dir: Path | None = None
+    pool_max_size: int = DEFAULT_POOL_MAX_SIZE
+    max_concurrent_searches: int = DEFAULT_MAX_CONCURRENT_SEARCHES
+    search_timeout: float = DEFAULT_SEARCH_TIMEOUT
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT
+    ready_timeout: float = DEFAULT_READY_TIMEOUT
+    cache_size: int = DEFAULT_CACHE_SIZE
+    cache_ttl: float = DEFAULT_CACHE_TTL
+    search_delay: float = 0.0
+    """Tests and demos only: seconds each search sleeps in PostgreSQL first."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_searches < 1:
+            raise ApiConfigError("api_max_concurrent_searches must be at least 1")
+        if self.max_concurrent_searches > self.pool_max_size - SPARE_CONNECTIONS:
+            raise ApiConfigError(
+                f"api_max_concurrent_searches ({self.max_concurrent_searches}) must be at most "
+                f"pool_max_size - {SPARE_CONNECTIONS} ({self.pool_max_size - SPARE_CONNECTIONS}):"
+                " the API keeps connections free for /health/ready; raise"
+                " PGENOUGH_POOL_MAX_SIZE or lower PGENOUGH_API_MAX_CONCURRENT_SEARCHES"
+            )
+        for name in ("search_timeout", "pool_timeout", "ready_timeout"):
+            if not getattr(self, name) > 0:
+                raise ApiConfigError(f"api_{name} must be greater than 0")
+        if self.cache_size < 0 or self.cache_ttl < 0 or self.search_delay < 0:
+            raise ApiConfigError("api_cache_size, api_cache_ttl and api_search_delay must be >= 0")
+
+    @property
+    def cache_enabled(self) -> bool:
+        return self.cache_size > 0 and self.cache_ttl > 0

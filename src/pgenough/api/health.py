@@ -1,0 +1,65 @@
+"""Operations endpoints: liveness, readiness (the database answers) and Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from psycopg_pool import PoolTimeout
+
+from pgenough.api.deps import ApiDep
+from pgenough.api.errors import Unavailable
+from pgenough.api.models import ErrorResponse, StatusResponse
+from pgenough.api.search import Q
+
+router = APIRouter()
+
+LIVE = b'{"data":{"status":"live"},"error":null}'
+READY = b'{"data":{"status":"ready"},"error":null}'
+
+
+@router.get(
+    "/health/live",
+    summary="The process is up",
+    response_class=JSONResponse,
+    responses={200: {"model": StatusResponse, "description": "Always, while the process runs."}},
+)
+async def live() -> Response:
+    return Response(LIVE, media_type="application/json")
+
+
+@router.get(
+    "/health/ready",
+    summary="The database answers",
+    response_class=JSONResponse,
+    responses={
+        200: {"model": StatusResponse, "description": "A SELECT 1 answered in time."},
+        503: {"model": ErrorResponse, "description": "UNAVAILABLE: the database did not."},
+    },
+)
+async def ready(api: ApiDep) -> Response:
+    timeout = api.config.ready_timeout
+    try:
+        async with asyncio.timeout(timeout), api.pool.connection(timeout=timeout) as conn:
+            await conn.execute(Q["ready"])
+    except (TimeoutError, PoolTimeout, psycopg.OperationalError) as exc:
+        raise Unavailable(f"the database did not answer within {timeout:g} s") from exc
+    return Response(READY, media_type="application/json")
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+            "description": "Prometheus text exposition format.",
+        }
+    },
+)
+async def metrics() -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

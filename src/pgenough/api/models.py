@@ -1,0 +1,53 @@
+"""Pydantic models of the responses, for the OpenAPI document only: ``/search`` bodies are
+built by PostgreSQL and sent as bytes, never re-serialised through these."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from pgenough.api.errors import ErrorCode
+
+TIME_PATTERN = r"^[0-2][0-9]:[0-5][0-9]:[0-6][0-9]$"
+
+
+class Event(BaseModel):
+    id: uuid.UUID = Field(description="Stable id of the plan (provider, base plan, plan).")
+    title: str
+    start_date: dt.date = Field(description="UTC, YYYY-MM-DD.")
+    start_time: str = Field(pattern=TIME_PATTERN, description="UTC, HH:MM:SS.")
+    end_date: dt.date = Field(description="UTC, YYYY-MM-DD.")
+    end_time: str = Field(pattern=TIME_PATTERN, description="UTC, HH:MM:SS.")
+    min_price: float = Field(description="Lowest zone price, exact decimal as a JSON number.")
+    max_price: float = Field(description="Highest zone price, exact decimal as a JSON number.")
+
+
+class EventList(BaseModel):
+    events: list[Event]
+
+
+class SearchResponse(BaseModel):
+    data: EventList
+    error: None
+
+
+class ErrorBody(BaseModel):
+    code: ErrorCode
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    data: None
+    error: ErrorBody
+
+
+class Status(BaseModel):
+    status: Literal["live", "ready"]
+
+
+class StatusResponse(BaseModel):
+    data: Status
+    error: None

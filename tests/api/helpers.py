@@ -1,0 +1,212 @@
+"""Helpers of the API tests: apps on the test database, plans written directly, a uvicorn
+server on a thread, and a TCP proxy that can cut the API off its database."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.api import create_app
+from pgenough.api.deps import ApiState
+from pgenough.core import publish
+from pgenough.plans.store import plan_uuid
+from pgenough.settings import Settings
+
+PROVIDER = "test"
+
+
+def api_settings(database_url: str, **overrides: Any) -> Settings:
+    """Settings for an app on the test database; the cache is off unless asked for."""
+    values: dict[str, Any] = {"database_url": database_url, "api_cache_ttl": 0.0}
+    values.update(overrides)
+    return Settings(**values)
+
+
+def state(app: FastAPI) -> ApiState:
+    api: ApiState = app.state.api
+    return api
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """The app with its lifespan running, and a client that calls it in-process."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            yield app, client
+
+
+@dataclass(frozen=True)
+class Plan:
+    plan_id: str
+    starts_at: str
+    ends_at: str
+    title: str = "A plan"
+    min_price: str = "10.00"
+    max_price: str = "20.00"
+    ever_online: bool = True
+    base_plan_id: str = "b1"
+
+    @property
+    def id(self) -> str:
+        return str(plan_uuid(PROVIDER, self.base_plan_id, self.plan_id))
+
+
+INSERT = """
+INSERT INTO pgenough.plans (provider, base_plan_id, plan_id, id, title, sell_mode, starts_at,
+                            ends_at, sold_out, min_price, max_price, ever_online)
+VALUES (%(provider)s, %(base)s, %(plan)s, pgenough.plan_uuid(%(provider)s, %(base)s, %(plan)s),
+        %(title)s, 'online', %(starts)s, %(ends)s, false, %(min)s, %(max)s, %(online)s)
+"""
+
+
+async def add_plans(pool: AsyncConnectionPool, *plans: Plan, notify: bool = False) -> None:
+    """Write plans as a process worker would (optionally announcing them on plans_changed)."""
+    async with pool.connection() as conn, conn.transaction():
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                INSERT,
+                [
+                    {
+                        "provider": PROVIDER,
+                        "base": p.base_plan_id,
+                        "plan": p.plan_id,
+                        "title": p.title,
+                        "starts": p.starts_at,
+                        "ends": p.ends_at,
+                        "min": Decimal(p.min_price),
+                        "max": Decimal(p.max_price),
+                        "online": p.ever_online,
+                    }
+                    for p in plans
+                ],
+            )
+        if notify:
+            await publish(conn, "plans_changed", '{"test": true}')
+
+
+def events(response: httpx.Response) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["error"] is None
+    result: list[dict[str, Any]] = body["data"]["events"]
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """``app`` on a real uvicorn server, on a thread with its own event loop."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=self.port,
+                loop="asyncio",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=2,
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, name="api-server", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the API server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+
+class Proxy:
+    """A TCP proxy in front of PostgreSQL that can be cut (every connection closed, new ones
+    refused) and restored: the database becomes unreachable for whoever uses ``url``."""
+
+    def __init__(self, database_url: str) -> None:
+        params = conninfo_to_dict(database_url)
+        host = str(params.get("host") or "localhost")
+        port = int(params.get("port") or 5432)
+        self._target: tuple[str, int] = (host, port)
+        self.port = free_port()
+        self.url = make_conninfo(database_url, host="127.0.0.1", port=str(self.port))
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def _open_target(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        host, port = self._target
+        if host.startswith("/"):
+            return await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        return await asyncio.open_connection(host, port)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await self._open_target()
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+        try:
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        finally:
+            self._writers -= {writer, up_writer}
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, "127.0.0.1", self.port, reuse_address=True
+        )
+
+    async def cut(self) -> None:
+        """Refuse new connections and drop the open ones."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Proxy]:
+        await self.start()
+        try:
+            yield self
+        finally:
+            await self.cut()

@@ -1,0 +1,112 @@
+"""``pgenough api`` and ``pgenough migrate --api-role`` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from tests.api.helpers import free_port
+from tests.helpers.procs import ROOT
+
+PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
+
+
+def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PGENOUGH, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_an_impossible_bulkhead_is_one_clear_line(worker_env: dict[str, str]) -> None:
+    env = dict(worker_env, PGENOUGH_API_MAX_CONCURRENT_SEARCHES="9")
+    result = run("api", "--port", str(free_port()), env=env)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        "error: invalid configuration: api_max_concurrent_searches (9) must be at most"
+        " pool_max_size - 2 (8)"
+    )
+
+
+def test_a_password_needs_a_role(worker_env: dict[str, str]) -> None:
+    result = run("migrate", "--api-password", "x", env=worker_env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: --api-password needs --api-role"
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_migrate_creates_the_api_role_and_the_api_serves_with_it(
+    db: object, worker_env: dict[str, str], database_url: str
+) -> None:
+    role = f"pgenough_api_{uuid.uuid4().hex[:8]}"
+    try:
+        result = run("migrate", "--api-role", role, "--api-password", "pw", env=worker_env)
+        assert result.returncode == 0, result.stderr
+        assert (
+            f"API role {role} created: CONNECT, USAGE on schema pgenough,"
+            " SELECT on pgenough.plans" in result.stdout
+        )
+        again = run("migrate", "--api-role", role, env=worker_env)
+        assert f"API role {role} updated" in again.stdout
+
+        env = dict(
+            worker_env,
+            DATABASE_URL=make_conninfo(database_url, user=role, password="pw"),
+            PGENOUGH_API_MIGRATE="0",
+        )
+        refused = run("api", "--port", str(free_port()), env=dict(env, PGENOUGH_API_MIGRATE="1"))
+        assert refused.returncode == 1
+        assert "PGENOUGH_API_MIGRATE=0" in refused.stderr
+
+        port = free_port()
+        server = subprocess.Popen(
+            [PGENOUGH, "api", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                assert server.poll() is None, server.communicate()[1]
+                assert time.monotonic() < deadline, "pgenough api did not become ready"
+                try:
+                    if httpx.get(base + "/health/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+            response = httpx.get(base + "/search", params={"limit": "3"}, timeout=10)
+            assert response.status_code == 200
+            assert response.json()["error"] is None
+            assert httpx.get(base + "/openapi.json", timeout=10).status_code == 200
+        finally:
+            server.send_signal(signal.SIGTERM)
+            _, stderr = server.communicate(timeout=30)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        assert server.returncode in (0, -signal.SIGTERM), stderr
+        assert "Application shutdown complete" in stderr
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
