@@ -4,15 +4,11 @@ turns pgenough's errors into a one-line message and a non-zero exit."""
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import logging
 import signal
 import sys
 import uuid
 from collections.abc import Callable, Coroutine
-from pathlib import Path
-from types import ModuleType
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -147,35 +143,25 @@ def migrate_cmd(
     out.print(f"schema version {version}")
 
 
-def _load_checkout() -> ModuleType:
-    """The checkout example: packaged in wheels, from the source tree in editable installs."""
-    try:
-        return importlib.import_module("pgenough._examples.checkout")
-    except ModuleNotFoundError:
-        path = Path(__file__).resolve().parents[2] / "examples" / "checkout.py"
-        spec = importlib.util.spec_from_file_location("pgenough_checkout_example", path)
-        if spec is None or spec.loader is None or not path.exists():
-            _fail(f"the checkout example is not installed (looked for {path})")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-
 @app.command()
 def demo(
-    orders: Annotated[int, typer.Option(min=1, help="Orders to place.")] = 5,
-    port: Annotated[int, typer.Option(min=0, max=65535, help="HTTP port.")] = 8000,
-    keep_running: Annotated[
-        bool, typer.Option("--keep-running", help="Keep serving after the scripted orders.")
-    ] = False,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="API port (0: any free one).")] = 8000,
+    plans: Annotated[int, typer.Option(min=1, help="Plans per simulated snapshot.")] = 20_000,
+    interval: Annotated[float, typer.Option(min=1, help="Seconds between fetches.")] = 15.0,
 ) -> None:
-    """Run the order-checkout example end to end (embedded PostgreSQL unless DATABASE_URL)."""
+    """The whole plan service in one process: a misbehaving simulated provider, fetch and
+    process workers, and the API (embedded PostgreSQL unless DATABASE_URL)."""
+    from pgenough.demo import DemoConfig
+    from pgenough.demo import run as run_demo
+
     settings = _settings()
     _setup_logging(settings)
-    checkout = _load_checkout()
+    # The demo prints each run itself; keep the log to what needs attention.
+    logging.getLogger("pgenough").setLevel(logging.WARNING)
+    logging.getLogger("pgenough.core.db").setLevel(logging.INFO)
     url = database_url(settings.database_url, settings.data_dir)
-    code = _run(lambda: checkout.run(url, orders=orders, port=port, keep_running=keep_running))
-    raise typer.Exit(code)
+    config = DemoConfig(port=port, plans=plans, interval=interval)
+    raise typer.Exit(_run(lambda: run_demo(settings, url, config)))
 
 
 worker_app = typer.Typer(help="Run a fetch or process worker.", no_args_is_help=True)
