@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest test-db bench-queue clean
+.PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE_URL).
-	$(BIN)/pgenough demo --keep-running
+	$(BIN)/pgenough demo
 
 test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
 
@@ -33,6 +33,9 @@ test-db: $(STAMP)  ## Only the database tests (CI runs them again against DATABA
 bench-queue: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/queue.py
+
+bench-ingest: $(STAMP)
+	$(BIN)/python bench/ingest.py
 
 clean:
 	rm -rf $(VENV) .pgenough-test .mypy_cache .ruff_cache .pytest_cache

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
+import httpx
 import psycopg
 import pytest
 
@@ -69,11 +72,65 @@ def test_migrate_reports_the_schema_version(worker_env: dict[str, str]) -> None:
 
 @pytest.mark.db
 @pytest.mark.slow
-def test_demo_runs_the_checkout_end_to_end(worker_env: dict[str, str]) -> None:
-    result = pgenough("demo", "--orders", "3", "--port", str(free_port()), env=worker_env)
+def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/checkout.py", "--orders", "3", "--port", str(free_port())],
+        cwd=ROOT,
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "all 3 orders confirmed exactly once." in result.stdout
     assert result.stdout.count("  confirmed: order") == 3
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_demo_serves_search_within_its_first_fetch_cycle(
+    db: object, worker_env: dict[str, str]
+) -> None:
+    port = free_port()
+    demo = subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "pgenough"),
+            "demo",
+            "--port",
+            str(port),
+            "--plans",
+            "2000",
+            "--interval",
+            "60",
+        ],
+        cwd=ROOT,
+        env=worker_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    events: list[object] = []
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not events:
+            assert demo.poll() is None, demo.communicate()
+            try:
+                resp = httpx.get(f"http://127.0.0.1:{port}/search?limit=5", timeout=5)
+            except httpx.TransportError:
+                time.sleep(0.2)  # not listening yet
+                continue
+            assert resp.status_code == 200, resp.text
+            events = resp.json()["data"]["events"]
+            if not events:
+                time.sleep(0.2)  # the first fetch (of a 60 s cycle) is still landing
+        assert len(events) == 5
+    finally:
+        demo.send_signal(signal.SIGINT)
+        out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 0, err
+    assert f"search: curl 'http://127.0.0.1:{port}/search?" in out
+    assert "fetch  run 1 STAGED" in out
+    assert "process run 1 PROCESSED" in out
 
 
 def test_bad_provider_spec_is_one_clear_line(worker_env: dict[str, str]) -> None:
