@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest clean
+.PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest bench-api clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,11 @@ bench-queue: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/queue.py
 
-bench-ingest: $(STAMP)
-	$(BIN)/python bench/ingest.py
+bench-ingest: $(STAMP)  ## As a module: as a script, bench/queue.py shadows the stdlib's queue.
+	$(BIN)/python -m bench.ingest
+
+bench-api: $(STAMP)  ## Needs wrk (apt-get install -y wrk).
+	$(BIN)/python -m bench.api
 
 clean:
 	rm -rf $(VENV) .pgenough-test .mypy_cache .ruff_cache .pytest_cache
