@@ -32,7 +32,7 @@ test-db: $(STAMP)  ## Only the database tests (CI runs them again against DATABA
 
 bench-queue: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	$(BIN)/python bench/queue.py
+	$(BIN)/python -m bench.queue
 
 bench-ingest: $(STAMP)  ## As a module: as a script, bench/queue.py shadows the stdlib's queue.
 	$(BIN)/python -m bench.ingest

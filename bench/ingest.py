@@ -3,9 +3,9 @@ end to end by the real worker commands, next to two ceilings measured on the sam
 
 Run it from the repository root, with the project's virtualenv::
 
-    .venv/bin/python bench/ingest.py                 # 10k, 100k, 1M on the embedded server
-    .venv/bin/python bench/ingest.py --quick         # 10k, 50k: a smoke run
-    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/ingest.py
+    .venv/bin/python -m bench.ingest                 # 10k, 100k, 1M on the embedded server
+    .venv/bin/python -m bench.ingest --quick         # 10k, 50k: a smoke run
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python -m bench.ingest
 
 (``python -m bench.ingest`` works too.) With ``DATABASE_URL`` every size gets a fresh database
 on that server; without it, on the embedded server started in ``.pgenough-bench/``. Databases
