@@ -77,7 +77,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
 import re
@@ -98,7 +97,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
-from bench.ingest import Server, Simulator, migrate_database, pgenough_command, server_facts
+from bench.ingest import (
+    Server,
+    Simulator,
+    down,
+    migrate_database,
+    pgenough_command,
+    server_facts,
+    up,
+)
 
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
 
@@ -212,18 +219,6 @@ class Result:
         return (self.requests - self.non2xx) / self.duration_s
 
 
-def down(value: float, digits: int = 0) -> str:
-    """A higher-is-better figure for display: truncated, never rounded up."""
-    scale = 10**digits
-    return f"{math.floor(value * scale) / scale:,.{digits}f}"
-
-
-def up(value: float, digits: int = 2) -> str:
-    """A lower-is-better figure for display: rounded up, never down."""
-    scale = 10**digits
-    return f"{math.ceil(value * scale) / scale:,.{digits}f}"
-
-
 # --- the API process and wrk ------------------------------------------------------------------
 
 
@@ -333,7 +328,7 @@ def run_wrk(
 def show(r: Result) -> None:
     print(
         f"  {r.name:<26} rps {down(r.rps):>7}  2xx rps {down(r.ok_rps):>7}"
-        f"  p50 {up(r.p50_ms):>7} ms  p99 {up(r.p99_ms):>8} ms  max {up(r.max_ms):>8} ms"
+        f"  p50 {up(r.p50_ms, 2):>7} ms  p99 {up(r.p99_ms, 2):>8} ms  max {up(r.max_ms, 2):>8} ms"
         f"  non-2xx {r.non2xx:>6}  sock err {r.socket_errors}"
         f"  cache h/m {r.cache_hits:.0f}/{r.cache_misses:.0f}{r.note}",
         flush=True,
@@ -530,7 +525,7 @@ def summary(by: dict[str, Result]) -> None:
     verdict(
         f"cold p99 at ~1,000 rps <= {TARGET_COLD_P99_MS:g} ms, no 503",
         fixed.p99_ms <= TARGET_COLD_P99_MS and fixed.non2xx == 0,
-        f"{up(fixed.p99_ms)} ms at {down(fixed.rps)} rps achieved, non-2xx {fixed.non2xx}",
+        f"{up(fixed.p99_ms, 2)} ms at {down(fixed.rps)} rps achieved, non-2xx {fixed.non2xx}",
     )
     worst = 0.0
     parts = []
