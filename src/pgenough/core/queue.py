@@ -27,7 +27,6 @@ _Q = load("queue")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 20
-NOTIFY_CHANNEL = "pgenough_jobs"
 
 AnyConn: TypeAlias = psycopg.AsyncConnection[Any]
 
