@@ -27,6 +27,7 @@ _Q = load("queue")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 20
+JOB_STATES = ("ready", "running", "dead", "cancelled")
 
 AnyConn: TypeAlias = psycopg.AsyncConnection[Any]
 
@@ -225,6 +226,35 @@ async def get_job(conn: AnyConn, job_id: int) -> JobRecord | None:
         await cur.execute(_Q["get_job"], {"id": job_id})
         row = await cur.fetchone()
     return JobRecord(**row) if row else None
+
+
+async def list_jobs(
+    conn: AnyConn,
+    *,
+    state: str | None = None,
+    queue: str | None = None,
+    failing: bool = False,
+    limit: int = 100,
+    before: int | None = None,
+) -> list[JobRecord]:
+    """Jobs newest first: of one ``state`` (ready, running, dead, cancelled) or all, of one
+    ``queue`` or all; ``failing`` keeps those whose last attempt raised - dead, or waiting to
+    retry. Page with ``before``: the smallest id of the previous page."""
+    if state is not None and state not in JOB_STATES:
+        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}")
+    if limit < 1:
+        raise ValueError("limit must be >= 1")
+    params = {
+        "state": state,
+        "queue": queue,
+        "failing": failing,
+        "limit": limit,
+        "before": before,
+    }
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_Q["list_jobs"], params)
+        rows = await cur.fetchall()
+    return [JobRecord(**row) for row in rows]
 
 
 async def queue_stats(conn: AnyConn) -> list[QueueStats]:

@@ -38,6 +38,7 @@ from pgenough.core import (
 )
 from pgenough.plans import store
 from pgenough.plans.errors import FeedError, ProviderError
+from pgenough.plans.events import run_changed
 from pgenough.plans.feed import FeedParser, PlanRecord
 from pgenough.plans.provider import Attempt, ProviderConfig
 from pgenough.plans.provider import fetch as provider_fetch
@@ -108,9 +109,13 @@ async def fetch_provider(
     try:
         async with advisory_lock(pool, lock_name(provider.name), wait=False) as lock:
             conn = lock.conn
-            cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
-            for (orphan,) in await cur.fetchall():
-                await store.drop_staging(conn, orphan)
+            async with conn.transaction():
+                cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
+                orphans = [int(r[0]) for r in await cur.fetchall()]
+                for orphan in orphans:
+                    await store.drop_staging(conn, orphan)
+                    await run_changed(conn, orphan, provider.name, "FAILED")
+            for orphan in orphans:
                 log.warning(
                     "run %d of %s was orphaned by a dead fetch worker: FAILED",
                     orphan,
@@ -140,6 +145,7 @@ async def _run(
         assert row is not None
         run_id, started_at = int(row[0]), row[1]
         await store.create_staging(conn, run_id, provider.name)
+        await run_changed(conn, run_id, provider.name, "RUNNING")
     log.info("run %d: fetching %s from %s", run_id, provider.name, provider.url)
     progress = Progress()
     parser = FeedParser()
@@ -228,6 +234,7 @@ async def _fail(
             },
         )
         await store.drop_staging(conn, run_id)
+        await run_changed(conn, run_id, provider, "FAILED")
     log.error("run %d (%s) FAILED: %s", run_id, provider, reason)
     return RunResult(
         run_id, provider, "FAILED", reason, progress.staged, parser.skipped, progress.bytes
@@ -265,6 +272,7 @@ async def _seal(
             await conn.execute(_Q["mark_processed"], {"id": run_id})
             await store.drop_staging(conn, run_id)
             status = "PROCESSED"
+        await run_changed(conn, run_id, provider, status)
     log.info(
         "run %d (%s) %s: %d plans staged, %d skipped, %d chunk(s), %.1f MB",
         run_id,
@@ -298,9 +306,11 @@ async def fail_stale_runs(
     """The reaper: fail RUNNING runs whose worker stopped heartbeating; drop their staging."""
     async with conn.transaction():
         cur = await conn.execute(_Q["fail_stale_runs"], {"stale_after": stale_after})
-        failed = [int(r[0]) for r in await cur.fetchall()]
-        for run_id in failed:
+        rows = await cur.fetchall()
+        failed = [int(run_id) for run_id, _ in rows]
+        for run_id, provider in rows:
             await store.drop_staging(conn, run_id)
+            await run_changed(conn, run_id, provider, "FAILED")
     if failed:
         log.warning(
             "failed %d run(s) whose fetch worker stopped heartbeating: %s", len(failed), failed

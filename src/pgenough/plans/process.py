@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import Handler, Job, Worker, WorkerConfig, complete, named_queries
 from pgenough.core import publish as publish_message
 from pgenough.plans import store
+from pgenough.plans.events import run_changed
 from pgenough.plans.fetch import CHUNK_KIND, PLANS_QUEUE, fail_stale_runs
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ async def _finish_run(conn: store.AnyConn, run_id: int, provider: str) -> None:
     cur = await conn.execute(_Q["mark_processed"], {"id": run_id})
     row = await cur.fetchone()
     await store.drop_staging(conn, run_id)
+    await run_changed(conn, run_id, provider, "PROCESSED")
     written, failed = row or (0, 0)
     await publish_message(
         conn,

@@ -182,3 +182,16 @@ SELECT queue,
 FROM pgenough.jobs
 GROUP BY queue
 ORDER BY queue
+
+-- name: list_jobs
+-- Operator: jobs of a state (or all), optionally only those whose last attempt failed
+-- (dead, or waiting to retry), newest first; keyset-paged by id.
+SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, run_at,
+       created_at, claimed_at, lease_until, worker, finished_at, dedupe_key, last_error, errors
+FROM pgenough.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::pgenough.job_state)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (NOT %(failing)s::boolean OR (last_error IS NOT NULL AND state IN ('ready', 'dead')))
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s

@@ -1,0 +1,251 @@
+"""What operators look at and the few things they may do: the read model behind
+``pgenough status``/``runs``/``failures`` and the dashboard, and the repairs both offer.
+
+Reads are plain queries on ``pgenough.runs``, ``plan_failures`` and the core's jobs table
+(``sql/inspect.sql``), returned as frozen dataclasses that turn into JSON with ``as_json``.
+Repairs go only through the core's documented operations (``retry_job``, ``retry_dead``,
+``cancel_job``, ``rescue_expired``), each in its own transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row, dict_row
+
+from pgenough.core import (
+    JobRecord,
+    QueueStats,
+    cancel_job,
+    get_job,
+    list_jobs,
+    named_queries,
+    queue_stats,
+    rescue_expired,
+    retry_dead,
+    retry_job,
+)
+from pgenough.plans.fetch import CHUNK_KIND, PLANS_QUEUE
+
+_Q = named_queries("pgenough.plans", "inspect")
+
+AnyConn = psycopg.AsyncConnection[Any]
+
+RUN_STATUSES = ("RUNNING", "STAGED", "PROCESSED", "FAILED")
+DEFAULT_WINDOW = 3600.0
+ROW_FAILURES_SHOWN = 100
+
+
+@dataclass(frozen=True)
+class ProviderSummary:
+    provider: str
+    last_run_id: int
+    last_status: str
+    last_started_at: datetime
+    last_age: float
+    """Seconds since the newest run started."""
+    plans_staged: int
+    plans_skipped: int
+    plans_written: int
+    rows_failed: int
+    last_reason: str | None
+    last_success_at: datetime | None
+    """When the newest PROCESSED run finished; None if none ever did."""
+    throughput: float | None
+    """Plans per second of the newest PROCESSED run, fetch start to last chunk."""
+    runs_failed: int
+    """Runs of this provider that failed in the window."""
+
+
+@dataclass(frozen=True)
+class Failures:
+    runs_failed: int
+    rows_failed: int
+    jobs_dead: int
+    job_attempts_failed: int
+    """Failed attempts recorded on jobs still in the queue (retrying or dead)."""
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    minute: datetime
+    plans: int
+
+
+@dataclass(frozen=True)
+class Overview:
+    at: datetime
+    window: float
+    providers: list[ProviderSummary]
+    queues: list[QueueStats]
+    failures: Failures
+    throughput: list[ThroughputPoint]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: int
+    provider: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    duration: float
+    """Seconds from start to PROCESSED or FAILED, or until now while in progress."""
+    bytes: int
+    plans_staged: int
+    plans_skipped: int
+    plans_written: int
+    rows_failed: int
+    chunks_total: int | None
+    chunks_done: int
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class RowFailure:
+    seq: int
+    base_plan_id: str | None
+    plan_id: str | None
+    error: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RunDetail(RunSummary):
+    url: str
+    owner: str
+    heartbeat_at: datetime
+    staged_at: datetime | None
+    processed_at: datetime | None
+    failed_at: datetime | None
+    variant: str | None
+    attempts: list[dict[str, Any]]
+    """Every HTTP attempt of the fetch: status, error, timings (``provider.Attempt``)."""
+    skip_samples: list[dict[str, Any]]
+    """The first records the parser skipped, with why."""
+    row_failures: list[RowFailure] = dataclasses.field(default_factory=list)
+    """The first ``ROW_FAILURES_SHOWN`` rows that could not be written."""
+    jobs: list[JobRecord] = dataclasses.field(default_factory=list)
+    """Chunk jobs still queued: waiting, running, retrying, dead or cancelled."""
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    retried: int
+    dead: int
+
+
+async def overview(conn: AnyConn, window: float = DEFAULT_WINDOW) -> Overview:
+    """Providers, queues, failures and throughput over the last ``window`` seconds."""
+    params = {"window": window}
+    async with conn.cursor(row_factory=class_row(ProviderSummary)) as cur:
+        await cur.execute(_Q["providers"], params)
+        providers = await cur.fetchall()
+    async with conn.cursor(row_factory=dict_row) as fcur:
+        await fcur.execute(_Q["failures_since"], params)
+        row = await fcur.fetchone()
+    assert row is not None  # an aggregate: always one row
+    at = row.pop("at")
+    async with conn.cursor(row_factory=class_row(ThroughputPoint)) as tcur:
+        await tcur.execute(_Q["throughput"], params)
+        throughput = await tcur.fetchall()
+    return Overview(at, window, providers, await queue_stats(conn), Failures(**row), throughput)
+
+
+async def list_runs(
+    conn: AnyConn,
+    *,
+    status: str | None = None,
+    provider: str | None = None,
+    limit: int = 50,
+    before: int | None = None,
+) -> list[RunSummary]:
+    """Runs newest first, filtered by status and provider; page with ``before`` (an id)."""
+    if status is not None and status.upper() not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}")
+    if limit < 1:
+        raise ValueError("limit must be >= 1")
+    params = {
+        "status": status.upper() if status else None,
+        "provider": provider,
+        "limit": limit,
+        "before": before,
+    }
+    async with conn.cursor(row_factory=class_row(RunSummary)) as cur:
+        await cur.execute(_Q["list_runs"], params)
+        return await cur.fetchall()
+
+
+async def get_run(conn: AnyConn, run_id: int) -> RunDetail | None:
+    """One run with its attempts, skipped samples, failed rows and queued chunk jobs."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_Q["run_detail"], {"id": run_id})
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        await cur.execute(_Q["run_row_failures"], {"id": run_id, "limit": ROW_FAILURES_SHOWN})
+        row_failures = [RowFailure(**r) for r in await cur.fetchall()]
+        await cur.execute(_Q["run_jobs"], {"id": run_id, "queue": PLANS_QUEUE, "kind": CHUNK_KIND})
+        jobs = [JobRecord(**r) for r in await cur.fetchall()]
+    return RunDetail(**row, row_failures=row_failures, jobs=jobs)
+
+
+async def failed_jobs(
+    conn: AnyConn, *, queue: str | None = None, limit: int = 100
+) -> list[JobRecord]:
+    """Jobs whose last attempt failed: dead ones, and those waiting to retry."""
+    return await list_jobs(conn, queue=queue, failing=True, limit=limit)
+
+
+async def retry(conn: AnyConn, job_id: int) -> JobRecord:
+    """Make a dead, cancelled or waiting job runnable now (``core.retry_job``)."""
+    async with conn.transaction():
+        await retry_job(conn, job_id)
+        return await _job(conn, job_id)
+
+
+async def retry_all_dead(conn: AnyConn, queue: str | None = None) -> int:
+    """Every dead job (of ``queue``) runnable now (``core.retry_dead``); how many."""
+    async with conn.transaction():
+        return await retry_dead(conn, queue)
+
+
+async def discard(conn: AnyConn, job_id: int) -> JobRecord:
+    """Cancel a job that has not finished (``core.cancel_job``); it stays visible as
+    ``cancelled`` until the cleaner removes it, and can still be retried until then."""
+    async with conn.transaction():
+        await cancel_job(conn, job_id)
+        return await _job(conn, job_id)
+
+
+async def requeue_stuck(conn: AnyConn) -> RequeueResult:
+    """Take back now every claim whose lease expired, as the rescuer would on its next
+    round (``core.rescue_expired``): retried, or dead when its attempts are spent."""
+    result = await rescue_expired(conn)
+    return RequeueResult(result.retried, result.dead)
+
+
+async def _job(conn: AnyConn, job_id: int) -> JobRecord:
+    job = await get_job(conn, job_id)
+    assert job is not None  # just changed in this transaction
+    return job
+
+
+def as_json(value: Any) -> Any:
+    """``value`` (dataclasses, lists, datetimes, decimals) as JSON-ready data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
