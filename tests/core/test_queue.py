@@ -20,6 +20,7 @@ from pgenough.core import (
     enqueue,
     enqueue_many,
     get_job,
+    list_jobs,
     queue_stats,
     retry_dead,
     retry_job,
@@ -195,3 +196,37 @@ async def test_unknown_kind_fails_the_attempt_with_a_clear_error(db: AsyncConnec
         record.last_error
         == "LookupError: no handler for job kind 'nobody-handles-this' on this worker"
     )
+
+
+async def test_list_jobs_filters_by_state_queue_and_failure_and_pages_by_id(
+    db: AsyncConnectionPool,
+) -> None:
+    async with db.connection() as conn:
+        ids = [await enqueue(conn, "t", n, queue="a" if n % 2 else "b") for n in range(6)]
+        doomed = await enqueue(conn, "nobody-handles-this", None, queue="a", max_attempts=1)
+        flaky = await enqueue(conn, "nobody-handles-this", None, queue="a", max_attempts=5)
+        assert ids[0] is not None
+        await cancel_job(conn, ids[0])
+    # A worker for queue "a" only runs the unknown kinds: one dead, one waiting to retry.
+    config = WorkerConfig(queue="a", maintenance=None)
+    async with db.connection() as conn:
+        await conn.execute(
+            "UPDATE pgenough.jobs SET run_at = now() + interval '1 hour'"
+            " WHERE kind = 't' AND queue = 'a'"
+        )
+    await Worker(db, {}, config).run(until_idle=True)
+
+    async with db.connection() as conn:
+        everything = await list_jobs(conn)
+        in_b = await list_jobs(conn, queue="b")
+        cancelled = await list_jobs(conn, state="cancelled")
+        failing = await list_jobs(conn, failing=True)
+        first = await list_jobs(conn, limit=3)
+        rest = await list_jobs(conn, before=first[-1].id)
+        with pytest.raises(ValueError, match="state must be one of"):
+            await list_jobs(conn, state="done")
+    assert [j.id for j in everything] == sorted([*ids, doomed, flaky], reverse=True)
+    assert {j.queue for j in in_b} == {"b"} and len(in_b) == 3
+    assert [j.id for j in cancelled] == [ids[0]]
+    assert [(j.id, j.state) for j in failing] == [(flaky, "ready"), (doomed, "dead")]
+    assert [j.id for j in first + rest] == [j.id for j in everything]
