@@ -1,4 +1,5 @@
-"""Every Python example in docs/messaging.md runs as written."""
+"""Every Python example in docs/messaging.md runs as written; docs/operations.md and
+docs/architecture.md name only real commands, options and settings, and their SQL runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from psycopg_pool import AsyncConnectionPool
 
+from pgenough.settings import Settings
+from tests.helpers.cli import (
+    code_blocks,
+    command_problem,
+    env_variables,
+    pgenough_invocations,
+    variable_problem,
+)
 from tests.helpers.procs import ROOT
 
 DOC = ROOT / "docs" / "messaging.md"
@@ -29,3 +39,70 @@ def test_example_runs(code: str, worker_env: dict[str, str], tmp_path: Path, db:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), "an example should show what it did"
+
+
+# -- docs/operations.md and docs/architecture.md: names that must exist in the code ----------
+
+OPERATOR_DOCS = [ROOT / "docs" / "operations.md", ROOT / "docs" / "architecture.md"]
+
+
+@pytest.mark.parametrize("path", OPERATOR_DOCS, ids=lambda p: p.name)
+def test_every_variable_named_is_a_setting(path: Path) -> None:
+    text = path.read_text("utf-8")
+    named = set(re.findall(r"\b(?:PGENOUGH_[A-Z0-9_]*[A-Z0-9]|DATABASE_URL)\b", text))
+    assert "DATABASE_URL" in named or path.name != "operations.md"
+    known = env_variables()
+    problems = [p for name in sorted(named) if (p := variable_problem(name, known))]
+    assert not problems, problems
+
+
+def test_operations_lists_every_setting_with_its_default() -> None:
+    """The configuration table of docs/operations.md: one row per setting that a command
+    uses, each with the default the code has."""
+    text = (ROOT / "docs" / "operations.md").read_text("utf-8")
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([^|]+) \|", text, flags=re.MULTILINE))
+    unused = {"worker_queue", "worker_batch_size"}  # documented as unused by any command
+    for name, field in Settings.model_fields.items():
+        if name in unused:
+            continue
+        env = "DATABASE_URL" if name == "database_url" else f"PGENOUGH_{name.upper()}"
+        assert env in rows, f"{env} missing from the configuration table"
+        default = rows[env].strip().strip("`")
+        if field.default_factory is not None or field.default is None:
+            continue  # data_dir (a per-user path), database_url (unset)
+        value = field.default
+        if isinstance(value, bool):
+            expected = str(value).lower()
+        elif isinstance(value, float):
+            expected = f"{value:g}"
+        else:
+            expected = str(value) or "empty"
+        assert default == expected, f"{env}: documented {default!r}, the code says {expected!r}"
+
+
+@pytest.mark.parametrize("path", OPERATOR_DOCS, ids=lambda p: p.name)
+def test_every_command_named_exists(path: Path) -> None:
+    invocations = pgenough_invocations(path.read_text("utf-8"))
+    assert len(invocations) >= 5
+    problems = [p for argv in invocations if (p := command_problem(argv))]
+    assert not problems, problems
+
+
+def test_operations_keeps_the_metrics_anchor() -> None:
+    """The lead merges the metrics catalogue at this marker."""
+    text = (ROOT / "docs" / "operations.md").read_text("utf-8")
+    assert "## Metrics\n\nSee the catalogue below.\n\n<!-- metrics-catalogue -->\n" in text
+
+
+@pytest.mark.db
+async def test_operations_sql_runs(db: AsyncConnectionPool) -> None:
+    """Every SQL block of docs/operations.md runs on a migrated database (rolled back)."""
+    text = (ROOT / "docs" / "operations.md").read_text("utf-8")
+    blocks = [body for lang, body in code_blocks(text) if lang == "sql"]
+    assert len(blocks) >= 10
+    for body in blocks:
+        statements = "\n".join(
+            line for line in body.splitlines() if line.strip() not in ("BEGIN;", "COMMIT;")
+        )
+        async with db.connection() as conn, conn.transaction(force_rollback=True):
+            await conn.execute(statements.encode())
