@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Message, subscribe
-from pgenough.plans.fetch import FetchConfig
+from pgenough.plans.fetch import FetchConfig, fail_stale_runs
 from pgenough.plans.process import PLANS_CHANGED
 from pgenough.plans.sim import SimServer
 from tests.plans.model import expected_rows
@@ -318,3 +319,52 @@ async def test_the_real_fever_example_ingests_to_its_four_plans(db: AsyncConnect
         "75.00",
     )
     assert by_key[("291", "291")][7] == dt.datetime(2021, 6, 30, 21, 0, tzinfo=dt.UTC)
+
+
+# -- slow streams and the stale-run reaper -------------------------------------------------
+
+
+async def reap_while(
+    db: AsyncConnectionPool, fetching: asyncio.Task[object], stale_after: float
+) -> list[int]:
+    """Run the stale-run reaper every 50 ms for as long as ``fetching`` runs."""
+    reaped: list[int] = []
+    while not fetching.done():
+        async with db.connection() as conn:
+            reaped += await fail_stale_runs(conn, stale_after)
+        await asyncio.wait({fetching}, timeout=0.05)
+    return reaped
+
+
+async def test_a_slow_but_live_stream_keeps_its_run_alive(
+    db: AsyncConnectionPool, sim: SimServer
+) -> None:
+    # Far fewer plans per second than a COPY batch holds: only per-chunk heartbeats keep
+    # the run from looking dead to a reaper with a 0.5 s horizon.
+    config = FetchConfig(copy_batch=5_000, chunk_pages=16, heartbeat=0.1, stale_after=0.5)
+    started = time.monotonic()
+    fetching = asyncio.create_task(fetch(db, f"{sim.url}?version=1&fault=slow:0.1", config=config))
+    reaped = await reap_while(db, fetching, stale_after=0.5)
+    result = fetching.result()
+    assert time.monotonic() - started > 1.0  # the stream outlived the reaper's horizon
+    assert reaped == []
+    assert result.status == "STAGED"
+    assert result.plans_staged + result.plans_skipped == 2_000
+
+
+async def test_a_run_reaped_mid_stream_is_abandoned_with_a_clear_reason(
+    db: AsyncConnectionPool, sim: SimServer
+) -> None:
+    # A reaper far more impatient than the heartbeat fails the run while it streams.
+    config = FetchConfig(copy_batch=200, chunk_pages=16, heartbeat=5.0, stale_after=10.0)
+    fetching = asyncio.create_task(fetch(db, f"{sim.url}?version=1&fault=slow:0.02", config=config))
+    reaped = await reap_while(db, fetching, stale_after=0.1)
+    result = fetching.result()
+    assert reaped == [result.run_id]
+    assert result.status == "FAILED"
+    assert result.reason and "failed by the stale-run reaper" in result.reason
+    run = await run_row(db, result.run_id)
+    assert run["status"] == "FAILED" and "stopped heartbeating" in run["reason"]
+    assert not run["has_staging"]
+    assert await queued_chunks(db) == 0
+    assert await dump(db) == []

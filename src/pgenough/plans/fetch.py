@@ -37,7 +37,7 @@ from pgenough.core import (
     named_queries,
 )
 from pgenough.plans import store
-from pgenough.plans.errors import FeedError, ProviderError
+from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
 from pgenough.plans.feed import FeedParser, PlanRecord
 from pgenough.plans.provider import Attempt, ProviderConfig
@@ -156,7 +156,7 @@ async def _run(
         nonlocal last_beat
         if force or time.monotonic() - last_beat >= config.heartbeat:
             last_beat = time.monotonic()
-            await conn.execute(
+            cur = await conn.execute(
                 _Q["heartbeat_run"],
                 {
                     "id": run_id,
@@ -165,6 +165,8 @@ async def _run(
                     "skipped": parser.skipped,
                 },
             )
+            if await cur.fetchone() is None:
+                raise RunLost(run_id)
 
     async def consume(body: AsyncIterator[bytes]) -> None:
         batch: list[PlanRecord] = []
@@ -175,9 +177,11 @@ async def _run(
                 progress.staged += await writer.write(conn, batch)
                 batch = []
                 progress.skipped = parser.skipped
-                await beat()
                 if on_progress:
                     on_progress(progress)
+            # Beat per network chunk, not per COPY batch: a slow but live stream can take
+            # longer than stale_after to fill a batch, and must not look dead to the reaper.
+            await beat()
         batch.extend(parser.close())
         if batch:
             progress.staged += await writer.write(conn, batch)
@@ -201,7 +205,30 @@ async def _run(
         await provider_fetch(client, provider, consume, on_attempt=record, restart=restart, rng=rng)
     except (ProviderError, FeedError) as exc:
         return await _fail(conn, run_id, provider.name, str(exc), progress, parser)
+    except (RunLost, psycopg.errors.UndefinedTable) as exc:
+        # The reaper failed the run and dropped its staging table under us (a COPY into
+        # the dropped table is how that shows when it wins the race with the heartbeat).
+        if not isinstance(exc, RunLost):
+            if await _still_running(conn, run_id):
+                raise
+            exc = RunLost(run_id)
+        log.error("run %d (%s): %s", run_id, provider.name, exc)
+        return RunResult(
+            run_id,
+            provider.name,
+            "FAILED",
+            str(exc),
+            progress.staged,
+            parser.skipped,
+            progress.bytes,
+        )
     return await _seal(conn, run_id, provider.name, started_at, config, progress, parser)
+
+
+async def _still_running(conn: psycopg.AsyncConnection[Any], run_id: int) -> bool:
+    cur = await conn.execute(_Q["get_run"], {"id": run_id})
+    row = await cur.fetchone()
+    return row is not None and row[3] == "RUNNING"
 
 
 def _samples(parser: FeedParser) -> str:
@@ -366,6 +393,10 @@ async def fetch_loop(
                     await on_round(results)
             except (psycopg.OperationalError, DatabaseError, OSError) as exc:
                 log.warning("fetch round failed (%s); next round in %.0fs", exc, interval)
+            except psycopg.Error:
+                # Not a lost connection: a bug or a schema problem. Log it whole, but keep
+                # fetching: the next round may well succeed, and exiting stops every provider.
+                log.exception("fetch round failed; next round in %.0fs", interval)
             delay = max(0.0, interval - (time.monotonic() - started))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
