@@ -42,11 +42,14 @@ class Settings(BaseSettings):
         description="Where the embedded PostgreSQL keeps its data.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    pool_max_size: int = Field(default=10, ge=1, description="Connections per process, at most.")
+    pool_max_size: int = Field(
+        default=10,
+        ge=1,
+        description="Connections of the API's pool; process workers use max(this,"
+        " concurrency + 4).",
+    )
 
-    worker_queue: str = "default"
     worker_concurrency: int = Field(default=10, ge=1)
-    worker_batch_size: int = Field(default=10, ge=1)
     worker_lease: float = Field(default=30.0, gt=0, description="Seconds; heartbeat every 1/3.")
     worker_poll_interval: float = Field(default=2.0, gt=0)
     worker_shutdown_timeout: float = Field(default=30.0, ge=0)
@@ -149,9 +152,7 @@ class Settings(BaseSettings):
 
     def worker_config(self, **overrides: object) -> WorkerConfig:
         values: dict[str, object] = {
-            "queue": self.worker_queue,
             "concurrency": self.worker_concurrency,
-            "batch_size": self.worker_batch_size,
             "lease": self.worker_lease,
             "poll_interval": self.worker_poll_interval,
             "shutdown_timeout": self.worker_shutdown_timeout,
