@@ -29,6 +29,7 @@ from pgenough.core.queue import (
     enqueue_many,
     get_job,
     queue_stats,
+    refresh_queue_metrics,
     retry_dead,
     retry_job,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "open_pool",
     "publish",
     "queue_stats",
+    "refresh_queue_metrics",
     "rescue_expired",
     "retry_dead",
     "retry_job",

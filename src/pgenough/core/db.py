@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.core import metrics
 from pgenough.core.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ async def open_pool(
     except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged only
         await pool.close()
         raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
+    metrics.track_pool(pool)
     return pool
 
 

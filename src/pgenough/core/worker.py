@@ -36,7 +36,7 @@ from pgenough.core import maintenance, metrics
 from pgenough.core._sql import load
 from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
 from pgenough.core.periodic import Periodic
-from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, queue_stats
+from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, refresh_queue_metrics
 from pgenough.core.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -384,10 +384,7 @@ class Worker:
         while True:
             try:
                 async with self.pool.connection() as conn:
-                    for s in await queue_stats(conn):
-                        for state in ("ready", "scheduled", "running", "dead"):
-                            metrics.QUEUE_DEPTH.labels(s.queue, state).set(getattr(s, state))
-                        metrics.QUEUE_OLDEST_READY_AGE.labels(s.queue).set(s.oldest_ready_age)
+                    await refresh_queue_metrics(conn)
             except psycopg.Error as exc:  # a service loop: log and carry on
                 log.warning("%s: queue stats failed: %s", self.name, exc)
             await asyncio.sleep(self.config.stats_interval)
