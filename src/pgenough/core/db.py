@@ -130,6 +130,10 @@ async def probe(url: str, *, timeout: float = 10.0) -> None:
     """Connect once, so that an unreachable server fails fast with its real reason."""
     try:
         conn = await psycopg.AsyncConnection.connect(url, connect_timeout=max(1, int(timeout)))
+    except psycopg.ProgrammingError:
+        # libpq's parse error quotes the string, password included: neither it nor the
+        # chained exception may reach a log or a traceback.
+        raise DatabaseError(f"invalid database url: {redact(url)}") from None
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseError(f"cannot connect to {redact(url)}: {reason}") from exc
