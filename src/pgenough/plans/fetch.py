@@ -36,7 +36,7 @@ from pgenough.core import (
     enqueue_many,
     named_queries,
 )
-from pgenough.plans import store
+from pgenough.plans import metrics, store
 from pgenough.plans.errors import FeedError, ProviderError
 from pgenough.plans.feed import FeedParser, PlanRecord
 from pgenough.plans.provider import Attempt, ProviderConfig
@@ -111,13 +111,18 @@ async def fetch_provider(
             cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
             for (orphan,) in await cur.fetchall():
                 await store.drop_staging(conn, orphan)
+                metrics.record_failed(provider.name, "orphaned")
                 log.warning(
                     "run %d of %s was orphaned by a dead fetch worker: FAILED",
                     orphan,
                     provider.name,
                 )
-            return await _run(pool, conn, client, provider, config, owner, on_progress, rng)
+            started = time.monotonic()
+            result = await _run(pool, conn, client, provider, config, owner, on_progress, rng)
+            metrics.FETCH_DURATION.labels(provider.name).observe(time.monotonic() - started)
+            return result
     except LockNotAcquired:
+        metrics.FETCHES.labels(provider.name, "skipped_locked").inc()
         log.info("provider %s is being fetched by another worker; skipped", provider.name)
         return None
 
@@ -194,7 +199,9 @@ async def _run(
     try:
         await provider_fetch(client, provider, consume, on_attempt=record, restart=restart, rng=rng)
     except (ProviderError, FeedError) as exc:
-        return await _fail(conn, run_id, provider.name, str(exc), progress, parser)
+        failed = await _fail(conn, run_id, provider.name, str(exc), progress, parser)
+        metrics.record_failed(provider.name, metrics.failure_reason(exc))
+        return failed
     return await _seal(conn, run_id, provider.name, started_at, config, progress, parser)
 
 
@@ -265,6 +272,7 @@ async def _seal(
             await conn.execute(_Q["mark_processed"], {"id": run_id})
             await store.drop_staging(conn, run_id)
             status = "PROCESSED"
+    metrics.record_sealed(provider, status, progress.staged, parser.skipped)
     log.info(
         "run %d (%s) %s: %d plans staged, %d skipped, %d chunk(s), %.1f MB",
         run_id,
@@ -298,9 +306,12 @@ async def fail_stale_runs(
     """The reaper: fail RUNNING runs whose worker stopped heartbeating; drop their staging."""
     async with conn.transaction():
         cur = await conn.execute(_Q["fail_stale_runs"], {"stale_after": stale_after})
-        failed = [int(r[0]) for r in await cur.fetchall()]
+        rows = await cur.fetchall()
+        failed = [int(r[0]) for r in rows]
         for run_id in failed:
             await store.drop_staging(conn, run_id)
+    for _, provider in rows:
+        metrics.record_failed(provider, "stale")
     if failed:
         log.warning(
             "failed %d run(s) whose fetch worker stopped heartbeating: %s", len(failed), failed

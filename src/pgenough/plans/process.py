@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Handler, Job, Worker, WorkerConfig, complete, named_queries
 from pgenough.core import publish as publish_message
-from pgenough.plans import store
+from pgenough.plans import metrics, store
 from pgenough.plans.fetch import CHUNK_KIND, PLANS_QUEUE, fail_stale_runs
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,8 @@ def chunk_handler(pool: AsyncConnectionPool) -> Handler:
             if done is not None and done[0]:
                 await _finish_run(conn, run_id, provider)
             await complete(conn, job)
+        # Counted once committed: a chunk whose transaction rolled back will be applied again.
+        metrics.record_chunk(provider, result.written, result.failed)
 
     return apply
 

@@ -18,7 +18,7 @@ UPDATE pgenough.runs
 SET status = 'FAILED', failed_at = now(),
     reason = 'fetch worker stopped heartbeating at ' || heartbeat_at::text
 WHERE status = 'RUNNING' AND heartbeat_at < now() - %(stale_after)s * interval '1 second'
-RETURNING id
+RETURNING id, provider
 
 -- name: heartbeat_run
 -- Progress of a streaming run, and proof its worker is alive.
