@@ -35,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import maintenance, metrics
 from pgenough.core._sql import load
 from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
+from pgenough.core.logcontext import context_with
 from pgenough.core.periodic import Periodic
 from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, refresh_queue_metrics
 from pgenough.core.retry import Backoff
@@ -246,7 +247,11 @@ class Worker:
     # -- running handlers -------------------------------------------------------------------
 
     def _start(self, job: Job) -> None:
-        task = asyncio.create_task(self._run(job), name=f"{self.name}:job-{job.id}")
+        # Every line logged while the job runs (by the handler too) carries its id and queue.
+        context = context_with(job_id=job.id, queue=self.config.queue)
+        task = asyncio.create_task(
+            self._run(job), name=f"{self.name}:job-{job.id}", context=context
+        )
         self._inflight[job.id] = (job, task)
 
     async def _run(self, job: Job) -> None:

@@ -33,7 +33,9 @@ from pgenough.core import (
     LockNotAcquired,
     NewJob,
     advisory_lock,
+    bind_log_context,
     enqueue_many,
+    log_context,
     named_queries,
 )
 from pgenough.plans import metrics, store
@@ -105,26 +107,27 @@ async def fetch_provider(
     rng: random.Random | None = None,
 ) -> RunResult | None:
     """Fetch one snapshot of ``provider``; None when another fetcher holds its lock."""
-    try:
-        async with advisory_lock(pool, lock_name(provider.name), wait=False) as lock:
-            conn = lock.conn
-            cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
-            for (orphan,) in await cur.fetchall():
-                await store.drop_staging(conn, orphan)
-                metrics.record_failed(provider.name, "orphaned")
-                log.warning(
-                    "run %d of %s was orphaned by a dead fetch worker: FAILED",
-                    orphan,
-                    provider.name,
-                )
-            started = time.monotonic()
-            result = await _run(pool, conn, client, provider, config, owner, on_progress, rng)
-            metrics.FETCH_DURATION.labels(provider.name).observe(time.monotonic() - started)
-            return result
-    except LockNotAcquired:
-        metrics.FETCHES.labels(provider.name, "skipped_locked").inc()
-        log.info("provider %s is being fetched by another worker; skipped", provider.name)
-        return None
+    with log_context(provider=provider.name):
+        try:
+            async with advisory_lock(pool, lock_name(provider.name), wait=False) as lock:
+                conn = lock.conn
+                cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
+                for (orphan,) in await cur.fetchall():
+                    await store.drop_staging(conn, orphan)
+                    metrics.record_failed(provider.name, "orphaned")
+                    log.warning(
+                        "run %d of %s was orphaned by a dead fetch worker: FAILED",
+                        orphan,
+                        provider.name,
+                    )
+                started = time.monotonic()
+                result = await _run(pool, conn, client, provider, config, owner, on_progress, rng)
+                metrics.FETCH_DURATION.labels(provider.name).observe(time.monotonic() - started)
+                return result
+        except LockNotAcquired:
+            metrics.FETCHES.labels(provider.name, "skipped_locked").inc()
+            log.info("provider %s is being fetched by another worker; skipped", provider.name)
+            return None
 
 
 async def _run(
@@ -145,6 +148,7 @@ async def _run(
         assert row is not None
         run_id, started_at = int(row[0]), row[1]
         await store.create_staging(conn, run_id, provider.name)
+    bind_log_context(run_id=run_id)
     log.info("run %d: fetching %s from %s", run_id, provider.name, provider.url)
     progress = Progress()
     parser = FeedParser()
