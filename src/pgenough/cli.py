@@ -9,6 +9,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Coroutine
+from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from pgenough import __version__
+from pgenough import __version__, logs
 from pgenough.core import PgenoughError, database_url, migrate, open_pool, schema_version
 from pgenough.plans.fetch import RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
@@ -32,6 +33,15 @@ app = typer.Typer(
 err = Console(stderr=True, soft_wrap=True)
 out = Console()
 T = TypeVar("T")
+
+
+class _LogFormatOption(StrEnum):
+    text = "text"
+    json = "json"
+
+
+_log_format: logs.LogFormat | None = None
+"""``--log-format``, when given: it beats ``PGENOUGH_LOG_FORMAT``."""
 
 
 def _settings() -> Settings:
@@ -58,11 +68,7 @@ def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def _setup_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.setup(settings.log_level, _log_format or settings.log_format, stream=sys.stderr)
     # One line per HTTP request of the demo's client is noise, not information.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -78,8 +84,16 @@ def _main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show version.")
     ] = False,
+    log_format: Annotated[
+        _LogFormatOption | None,
+        typer.Option(
+            "--log-format",
+            help="Log lines as text or JSON objects (default: PGENOUGH_LOG_FORMAT, text).",
+        ),
+    ] = None,
 ) -> None:
-    pass
+    global _log_format
+    _log_format = None if log_format is None else ("json" if log_format.value == "json" else "text")
 
 
 @app.command("migrate")

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
         description="Where the embedded PostgreSQL keeps its data.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="Log lines as text, or as one JSON object each."
+    )
     pool_max_size: int = Field(
         default=10,
         ge=1,

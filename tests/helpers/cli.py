@@ -23,7 +23,7 @@ from pgenough.settings import Settings
 PENDING_COMMANDS = frozenset(
     {"status", "runs", "run", "failures", "retry", "discard", "requeue-stuck"}
 )
-PENDING_VARIABLES = frozenset({"PGENOUGH_LOG_FORMAT"})
+PENDING_VARIABLES: frozenset[str] = frozenset()
 PENDING_VARIABLE_PREFIXES = ("PGENOUGH_UI_",)
 
 _runner = CliRunner()

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pgenough.core import PgenoughError
+from pgenough.core import PgenoughError, log_context
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ def request_id(scope: Scope) -> str:
 
 
 class CatchAll:
-    """Outermost but for Starlette's own: every response carries ``X-Request-ID``; an
+    """Outermost but for Starlette's own: every response carries ``X-Request-ID`` (and every
+    log line written while handling it, ``request_id``); an
     exception that escapes a route is logged with that id and answered with 500
     INTERNAL_ERROR, never with its text (and never re-raised to the server)."""
 
@@ -161,11 +162,15 @@ class CatchAll:
                 ]
             await send(message)
 
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception:
-            log.exception("%s %s failed (request id %s)", scope["method"], scope["path"], rid)
-            if started:
-                raise
-            response = error_response(500, "INTERNAL_ERROR", f"internal error (request id {rid})")
-            await response(scope, receive, send_with_id)
+        # Every line logged while the request is handled carries its id.
+        with log_context(request_id=rid):
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception:
+                log.exception("%s %s failed (request id %s)", scope["method"], scope["path"], rid)
+                if started:
+                    raise
+                response = error_response(
+                    500, "INTERNAL_ERROR", f"internal error (request id {rid})"
+                )
+                await response(scope, receive, send_with_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import psycopg
 from fastapi import APIRouter
@@ -14,7 +15,9 @@ from pgenough.api.deps import ApiDep
 from pgenough.api.errors import Unavailable
 from pgenough.api.models import ErrorResponse, StatusResponse
 from pgenough.api.search import Q
+from pgenough.core import refresh_queue_metrics
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 LIVE = b'{"data":{"status":"live"},"error":null}'
@@ -61,5 +64,19 @@ async def ready(api: ApiDep) -> Response:
         }
     },
 )
-async def metrics() -> Response:
+async def metrics(api: ApiDep) -> Response:
+    await _refresh_queue_gauges(api)
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _refresh_queue_gauges(api: ApiDep) -> None:
+    """Queue depth as of this scrape: the API is what Prometheus scrapes, and workers only
+    refresh the gauges in their own process."""
+    timeout = api.config.ready_timeout
+    try:
+        async with asyncio.timeout(timeout), api.pool.connection(timeout=timeout) as conn:
+            await refresh_queue_metrics(conn)
+    except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+        # A role that may only read plans cannot read the jobs, and a database that does not
+        # answer must not cost the scrape its other metrics: keep the last values.
+        log.debug("queue gauges not refreshed: %s", exc)

@@ -14,6 +14,7 @@ from pgenough.core.errors import (
     RetryIn,
 )
 from pgenough.core.locks import Lock, advisory_lock, lock_key
+from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
 from pgenough.core.maintenance import MaintenanceConfig, clean, rescue_expired
 from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Periodic
@@ -30,6 +31,7 @@ from pgenough.core.queue import (
     get_job,
     list_jobs,
     queue_stats,
+    refresh_queue_metrics,
     retry_dead,
     retry_job,
 )
@@ -62,20 +64,24 @@ __all__ = [
     "WorkerConfig",
     "WorkerStats",
     "advisory_lock",
+    "bind_log_context",
     "cancel_job",
     "clean",
     "complete",
+    "current_log_context",
     "database_url",
     "enqueue",
     "enqueue_many",
     "get_job",
     "list_jobs",
     "lock_key",
+    "log_context",
     "migrate",
     "named_queries",
     "open_pool",
     "publish",
     "queue_stats",
+    "refresh_queue_metrics",
     "rescue_expired",
     "retry_dead",
     "retry_job",

@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.core import metrics
 from pgenough.core.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,10 @@ async def probe(url: str, *, timeout: float = 10.0) -> None:
     """Connect once, so that an unreachable server fails fast with its real reason."""
     try:
         conn = await psycopg.AsyncConnection.connect(url, connect_timeout=max(1, int(timeout)))
+    except psycopg.ProgrammingError:
+        # libpq's parse error quotes the string, password included: neither it nor the
+        # chained exception may reach a log or a traceback.
+        raise DatabaseError(f"invalid database url: {redact(url)}") from None
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseError(f"cannot connect to {redact(url)}: {reason}") from exc
@@ -164,6 +169,7 @@ async def open_pool(
     except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged only
         await pool.close()
         raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
+    metrics.track_pool(pool)
     return pool
 
 

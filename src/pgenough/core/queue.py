@@ -265,6 +265,14 @@ async def queue_stats(conn: AnyConn) -> list[QueueStats]:
     return [QueueStats(**row) for row in rows]
 
 
+async def refresh_queue_metrics(conn: AnyConn) -> list[QueueStats]:
+    """``queue_stats`` into the depth gauges (workers call it every ``stats_interval``, the
+    API each time it is scraped)."""
+    stats = await queue_stats(conn)
+    metrics.set_queue_stats(stats)
+    return stats
+
+
 def job_from_row(row: Sequence[Any]) -> Job:
     """A ``Job`` from a row of the ``claim`` statement."""
     return Job(*row)

@@ -35,8 +35,9 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import maintenance, metrics
 from pgenough.core._sql import load
 from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
+from pgenough.core.logcontext import context_with
 from pgenough.core.periodic import Periodic
-from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, queue_stats
+from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, refresh_queue_metrics
 from pgenough.core.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,11 @@ class Worker:
     # -- running handlers -------------------------------------------------------------------
 
     def _start(self, job: Job) -> None:
-        task = asyncio.create_task(self._run(job), name=f"{self.name}:job-{job.id}")
+        # Every line logged while the job runs (by the handler too) carries its id and queue.
+        context = context_with(job_id=job.id, queue=self.config.queue)
+        task = asyncio.create_task(
+            self._run(job), name=f"{self.name}:job-{job.id}", context=context
+        )
         self._inflight[job.id] = (job, task)
 
     async def _run(self, job: Job) -> None:
@@ -384,10 +389,7 @@ class Worker:
         while True:
             try:
                 async with self.pool.connection() as conn:
-                    for s in await queue_stats(conn):
-                        for state in ("ready", "scheduled", "running", "dead"):
-                            metrics.QUEUE_DEPTH.labels(s.queue, state).set(getattr(s, state))
-                        metrics.QUEUE_OLDEST_READY_AGE.labels(s.queue).set(s.oldest_ready_age)
+                    await refresh_queue_metrics(conn)
             except psycopg.Error as exc:  # a service loop: log and carry on
                 log.warning("%s: queue stats failed: %s", self.name, exc)
             await asyncio.sleep(self.config.stats_interval)

@@ -33,10 +33,12 @@ from pgenough.core import (
     LockNotAcquired,
     NewJob,
     advisory_lock,
+    bind_log_context,
     enqueue_many,
+    log_context,
     named_queries,
 )
-from pgenough.plans import store
+from pgenough.plans import metrics, store
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
 from pgenough.plans.feed import FeedParser, PlanRecord
@@ -106,25 +108,31 @@ async def fetch_provider(
     rng: random.Random | None = None,
 ) -> RunResult | None:
     """Fetch one snapshot of ``provider``; None when another fetcher holds its lock."""
-    try:
-        async with advisory_lock(pool, lock_name(provider.name), wait=False) as lock:
-            conn = lock.conn
-            async with conn.transaction():
-                cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
-                orphans = [int(r[0]) for r in await cur.fetchall()]
+    with log_context(provider=provider.name):
+        try:
+            async with advisory_lock(pool, lock_name(provider.name), wait=False) as lock:
+                conn = lock.conn
+                async with conn.transaction():
+                    cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider.name})
+                    orphans = [int(r[0]) for r in await cur.fetchall()]
+                    for orphan in orphans:
+                        await store.drop_staging(conn, orphan)
+                        await run_changed(conn, orphan, provider.name, "FAILED")
                 for orphan in orphans:
-                    await store.drop_staging(conn, orphan)
-                    await run_changed(conn, orphan, provider.name, "FAILED")
-            for orphan in orphans:
-                log.warning(
-                    "run %d of %s was orphaned by a dead fetch worker: FAILED",
-                    orphan,
-                    provider.name,
-                )
-            return await _run(pool, conn, client, provider, config, owner, on_progress, rng)
-    except LockNotAcquired:
-        log.info("provider %s is being fetched by another worker; skipped", provider.name)
-        return None
+                    metrics.record_failed(provider.name, "orphaned")
+                    log.warning(
+                        "run %d of %s was orphaned by a dead fetch worker: FAILED",
+                        orphan,
+                        provider.name,
+                    )
+                started = time.monotonic()
+                result = await _run(pool, conn, client, provider, config, owner, on_progress, rng)
+                metrics.FETCH_DURATION.labels(provider.name).observe(time.monotonic() - started)
+                return result
+        except LockNotAcquired:
+            metrics.FETCHES.labels(provider.name, "skipped_locked").inc()
+            log.info("provider %s is being fetched by another worker; skipped", provider.name)
+            return None
 
 
 async def _run(
@@ -146,6 +154,7 @@ async def _run(
         run_id, started_at = int(row[0]), row[1]
         await store.create_staging(conn, run_id, provider.name)
         await run_changed(conn, run_id, provider.name, "RUNNING")
+    bind_log_context(run_id=run_id)
     log.info("run %d: fetching %s from %s", run_id, provider.name, provider.url)
     progress = Progress()
     parser = FeedParser()
@@ -204,10 +213,13 @@ async def _run(
     try:
         await provider_fetch(client, provider, consume, on_attempt=record, restart=restart, rng=rng)
     except (ProviderError, FeedError) as exc:
-        return await _fail(conn, run_id, provider.name, str(exc), progress, parser)
+        failed = await _fail(conn, run_id, provider.name, str(exc), progress, parser)
+        metrics.record_failed(provider.name, metrics.failure_reason(exc))
+        return failed
     except (RunLost, psycopg.errors.UndefinedTable) as exc:
         # The reaper failed the run and dropped its staging table under us (a COPY into
         # the dropped table is how that shows when it wins the race with the heartbeat).
+        # The reaper counted the failure; this fetch only stops.
         if not isinstance(exc, RunLost):
             if await _still_running(conn, run_id):
                 raise
@@ -300,6 +312,7 @@ async def _seal(
             await store.drop_staging(conn, run_id)
             status = "PROCESSED"
         await run_changed(conn, run_id, provider, status)
+    metrics.record_sealed(provider, status, progress.staged, parser.skipped)
     log.info(
         "run %d (%s) %s: %d plans staged, %d skipped, %d chunk(s), %.1f MB",
         run_id,
@@ -338,6 +351,8 @@ async def fail_stale_runs(
         for run_id, provider in rows:
             await store.drop_staging(conn, run_id)
             await run_changed(conn, run_id, provider, "FAILED")
+    for _, provider in rows:
+        metrics.record_failed(provider, "stale")
     if failed:
         log.warning(
             "failed %d run(s) whose fetch worker stopped heartbeating: %s", len(failed), failed

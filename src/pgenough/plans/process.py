@@ -16,9 +16,17 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Handler, Job, Worker, WorkerConfig, complete, named_queries
+from pgenough.core import (
+    Handler,
+    Job,
+    Worker,
+    WorkerConfig,
+    bind_log_context,
+    complete,
+    named_queries,
+)
 from pgenough.core import publish as publish_message
-from pgenough.plans import store
+from pgenough.plans import metrics, store
 from pgenough.plans.events import run_changed
 from pgenough.plans.fetch import CHUNK_KIND, PLANS_QUEUE, fail_stale_runs
 
@@ -33,6 +41,7 @@ def chunk_handler(pool: AsyncConnectionPool) -> Handler:
     async def apply(job: Job) -> None:
         payload: dict[str, Any] = job.payload
         run_id = int(payload["run_id"])
+        bind_log_context(run_id=run_id)
         async with pool.connection() as conn, conn.transaction():
             cur = await conn.execute(_Q["get_run"], {"id": run_id})
             run = await cur.fetchone()
@@ -42,6 +51,7 @@ def chunk_handler(pool: AsyncConnectionPool) -> Handler:
                 await complete(conn, job)
                 return
             provider, started_at = run[1], run[5]
+            bind_log_context(provider=provider)
             result = await store.apply_chunk(
                 conn,
                 run_id=run_id,
@@ -58,6 +68,8 @@ def chunk_handler(pool: AsyncConnectionPool) -> Handler:
             if done is not None and done[0]:
                 await _finish_run(conn, run_id, provider)
             await complete(conn, job)
+        # Counted once committed: a chunk whose transaction rolled back will be applied again.
+        metrics.record_chunk(provider, result.written, result.failed)
 
     return apply
 

@@ -1,0 +1,96 @@
+"""Prometheus metrics of the plan service (prometheus-client's default registry, beside the
+core's and the API's).
+
+Counted by the process that does the work: fetch metrics by fetch workers, chunk and row
+metrics by process workers. Rows are counted once their transaction committed (a run when it
+is sealed, a chunk when it is applied), so the counters match ``pgenough.runs`` exactly.
+Processing failures, retries and dead chunks are the core's ``pgenough_jobs_*{queue="plans"}``.
+Labels are bounded: ``provider`` is the configured provider names, ``outcome`` and ``reason``
+the fixed sets below.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final, Literal
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from pgenough.plans.errors import FeedError, ProviderError
+
+Outcome = Literal["staged", "processed_empty", "failed", "skipped_locked"]
+FailureReason = Literal["provider", "transport", "feed", "orphaned", "stale"]
+OUTCOMES: Final[tuple[Outcome, ...]] = ("staged", "processed_empty", "failed", "skipped_locked")
+
+FETCHES = Counter(
+    "pgenough_plans_fetches",
+    "Fetch attempts of a provider by outcome: staged, processed_empty (a snapshot without "
+    "plans), failed, skipped_locked (another worker holds the provider's lock).",
+    ["provider", "outcome"],
+)
+FETCH_DURATION = Histogram(
+    "pgenough_plans_fetch_duration_seconds",
+    "Time from opening a run to sealing or failing it (retries and backoff included).",
+    ["provider"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+RUNS_FAILED = Counter(
+    "pgenough_plans_runs_failed",
+    "Runs marked FAILED, by reason: provider (an HTTP status), transport (timeouts, resets), "
+    "feed (unparsable XML), orphaned (its fetcher died), stale (stopped heartbeating).",
+    ["provider", "reason"],
+)
+PLANS_STAGED = Counter(
+    "pgenough_plans_staged", "Plans staged by sealed runs (counted at seal).", ["provider"]
+)
+PLANS_SKIPPED = Counter(
+    "pgenough_plans_skipped",
+    "Bad records skipped by sealed runs (counted at seal; samples on the run).",
+    ["provider"],
+)
+PLANS_WRITTEN = Counter(
+    "pgenough_plans_written",
+    "Plans written to the canonical table by applied chunks.",
+    ["provider"],
+)
+ROWS_FAILED = Counter(
+    "pgenough_plans_rows_failed",
+    "Staged rows PostgreSQL refused while applying chunks (in pgenough.plan_failures).",
+    ["provider"],
+)
+CHUNKS_APPLIED = Counter(
+    "pgenough_plans_chunks_applied", "Chunks applied and committed.", ["provider"]
+)
+LAST_SUCCESS = Gauge(
+    "pgenough_plans_last_success_timestamp_seconds",
+    "Unix time this process last sealed a run of the provider (STAGED or empty PROCESSED).",
+    ["provider"],
+)
+
+
+def failure_reason(exc: Exception) -> FailureReason:
+    """The bounded reason class of a fetch that raised (the full text is on the run)."""
+    if isinstance(exc, FeedError):
+        return "feed"
+    if isinstance(exc, ProviderError) and exc.status is not None:
+        return "provider"
+    return "transport"
+
+
+def record_sealed(provider: str, status: str, staged: int, skipped: int) -> None:
+    FETCHES.labels(provider, "staged" if status == "STAGED" else "processed_empty").inc()
+    PLANS_STAGED.labels(provider).inc(staged)
+    PLANS_SKIPPED.labels(provider).inc(skipped)
+    LAST_SUCCESS.labels(provider).set(time.time())
+
+
+def record_failed(provider: str, reason: FailureReason) -> None:
+    RUNS_FAILED.labels(provider, reason).inc()
+    if reason in ("provider", "transport", "feed"):
+        FETCHES.labels(provider, "failed").inc()
+
+
+def record_chunk(provider: str, written: int, failed: int) -> None:
+    CHUNKS_APPLIED.labels(provider).inc()
+    PLANS_WRITTEN.labels(provider).inc(written)
+    ROWS_FAILED.labels(provider).inc(failed)

@@ -1,0 +1,153 @@
+"""Log lines: JSON objects (or text) carrying the context of the run, job or request that
+wrote them, and never a database password."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import bind_log_context, log_context
+from pgenough.logs import ContextFilter, JsonFormatter, TextFormatter
+from pgenough.plans.sim import SimServer
+from tests.plans.pipeline import fetch, process
+from tests.test_cli import pgenough
+
+PASSWORD = "s3cret-Pa55"
+
+
+def record(message: str, exc: BaseException | None = None) -> logging.LogRecord:
+    exc_info = (type(exc), exc, exc.__traceback__) if exc else None
+    rec = logging.LogRecord("pgenough.test", logging.WARNING, __file__, 1, message, (), exc_info)
+    ContextFilter().filter(rec)
+    return rec
+
+
+def test_a_json_line_is_one_object_with_the_context() -> None:
+    with log_context(run_id=7, provider="fever"):
+        bind_log_context(job_id=3)
+        rec = record("two\nlines")
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        failed = record("failed", exc)
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["message"] == "two\nlines"
+    assert (entry["level"], entry["logger"]) == ("WARNING", "pgenough.test")
+    assert (entry["run_id"], entry["provider"], entry["job_id"]) == (7, "fever", 3)
+    assert entry["ts"].endswith("Z")
+    trace = json.loads(JsonFormatter().format(failed))["exc_info"]
+    assert isinstance(trace, str) and "ValueError: boom" in trace
+
+
+def test_context_scopes_nest_and_close() -> None:
+    with log_context(request_id="a"):
+        with log_context(run_id=1):
+            inner = record("inner")
+        outer = record("outer")
+    bind_log_context(run_id=2)  # no scope: nothing to add to
+    after = record("after")
+    assert TextFormatter().format(inner).endswith("inner [request_id=a run_id=1]")
+    assert TextFormatter().format(outer).endswith("outer [request_id=a]")
+    assert TextFormatter().format(after).endswith("after")
+
+
+@pytest.fixture
+def captured() -> Iterator[io.StringIO]:
+    """JSON lines of every pgenough logger, as the CLI's handler writes them."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(ContextFilter())
+    logger = logging.getLogger("pgenough")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield stream
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+@pytest.mark.db
+async def test_fetch_and_process_lines_carry_the_run_and_the_job(
+    db: AsyncConnectionPool, captured: io.StringIO
+) -> None:
+    with SimServer(plans=500, seed=3) as sim:
+        sim.set_faults(["503", "ok"])
+        result = await fetch(db, f"{sim.url}?version=1", "logged")
+    await process(db)
+    entries = lines(captured)
+    fetched = [e for e in entries if e["logger"] == "pgenough.plans.fetch"]
+    assert len(fetched) >= 2  # "fetching" and "STAGED"
+    assert all(e["run_id"] == result.run_id and e["provider"] == "logged" for e in fetched)
+    processed = [e for e in entries if "PROCESSED" in str(e["message"])]
+    assert len(processed) == 1
+    assert processed[0]["run_id"] == result.run_id
+    assert processed[0]["queue"] == "plans" and isinstance(processed[0]["job_id"], int)
+    # Outside the run, the test's own lines carry nothing of it.
+    logging.getLogger("pgenough.test").warning("after")
+    assert "run_id" not in lines(captured)[-1]
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def test_a_password_in_database_url_is_never_logged(worker_env: dict[str, str]) -> None:
+    urls = [
+        f"postgresql://app:{PASSWORD}@127.0.0.1:1/nope?connect_timeout=2",
+        f"host=127.0.0.1 port=1 user=app password={PASSWORD} connect_timeout=2",
+        f"postgresql//app:{PASSWORD}@127.0.0.1:1/nope",  # unparsable: libpq quotes it
+    ]
+    commands = [["migrate"], ["worker", "process", "--until-idle"], ["api", "--port", "0"]]
+    for url in urls:
+        env = dict(worker_env, DATABASE_URL=url, PGENOUGH_LOG_LEVEL="DEBUG")
+        for command in commands:
+            result = pgenough("--log-format", "json", *command, env=env)
+            assert result.returncode != 0, (url, command)
+            assert PASSWORD not in result.stdout + result.stderr, (url, command, result.stderr)
+
+
+@pytest.mark.db
+def test_json_lines_of_a_real_fetch_carry_the_run_id(worker_env: dict[str, str]) -> None:
+    with SimServer(plans=300, seed=5) as sim:
+        env = dict(worker_env, PGENOUGH_LOG_FORMAT="text")  # the option beats the setting
+        result = pgenough(
+            "--log-format",
+            "json",
+            "worker",
+            "fetch",
+            "--once",
+            "--provider",
+            f"cli-json={sim.url}?version=1",
+            env=env,
+        )
+    assert result.returncode == 0, result.stderr
+    entries = [json.loads(line) for line in result.stderr.splitlines() if line.strip()]
+    fetched = [e for e in entries if e["logger"] == "pgenough.plans.fetch"]
+    assert fetched and all(isinstance(e["run_id"], int) for e in fetched), entries
+    assert all(e["provider"] == "cli-json" for e in fetched)
+    assert {"ts", "level", "logger", "message"} <= set(fetched[0])
+
+
+def test_the_setting_selects_json(worker_env: dict[str, str]) -> None:
+    env = dict(
+        worker_env,
+        DATABASE_URL="postgresql://app@127.0.0.1:1/nope?connect_timeout=1",
+        PGENOUGH_LOG_FORMAT="json",
+        PGENOUGH_LOG_LEVEL="DEBUG",
+    )
+    result = pgenough("worker", "process", "--until-idle", env=env)
+    assert result.returncode == 1
+    logged = [line for line in result.stderr.splitlines() if not line.startswith("error:")]
+    assert logged, result.stderr
+    assert all(json.loads(line)["level"] for line in logged)
