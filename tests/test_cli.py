@@ -196,3 +196,95 @@ def test_worker_modes_and_the_simulator_from_the_command_line(
     assert statuses[0] == ("good", "PROCESSED")
     assert sorted(statuses[1:]) == [("good", "FAILED"), ("other", "PROCESSED")]
     assert plans is not None and plans[0] > 300
+
+
+def scrape_until(port: int, needle: str, timeout: float = 30.0) -> str:
+    """The worker's /metrics once it shows ``needle`` (the workers are other processes: there
+    is no event to wait on, so this polls, with a deadline)."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        except httpx.TransportError:
+            text = ""
+        if needle in text:
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{needle!r} not in the metrics after {timeout}s:\n{text[-2000:]}")
+
+
+def test_workers_serve_their_own_metrics(db: object, worker_env: dict[str, str]) -> None:
+    exe = os.path.join(os.path.dirname(sys.executable), "pgenough")
+    sim_port, fetch_port, process_port = free_port(), free_port(), free_port()
+    procs = [
+        subprocess.Popen(
+            [exe, "provider-sim", "--plans", "300", "--port", str(sim_port)],
+            cwd=ROOT,
+            env=worker_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [exe, "worker", "process", "--metrics-port", str(process_port)],
+            cwd=ROOT,
+            env=worker_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+        subprocess.Popen(
+            [
+                exe,
+                "worker",
+                "fetch",
+                "--interval",
+                "60",
+                "--metrics-port",
+                str(fetch_port),
+                "--provider",
+                f"good=http://127.0.0.1:{sim_port}/planList?version=1",
+            ],
+            cwd=ROOT,
+            env=worker_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+    ]
+    try:
+        fetched = scrape_until(
+            fetch_port, 'pgenough_plans_fetches_total{outcome="staged",provider="good"} 1.0'
+        )
+        assert 'pgenough_db_pool_max{pool="fetch-' in fetched
+        staged = re.search(r'pgenough_plans_staged_total\{provider="good"\} (\S+)', fetched)
+        assert staged is not None and float(staged.group(1)) > 0
+        # Every staged plan is written once the process worker has applied the run's chunks.
+        processed = scrape_until(
+            process_port, f'pgenough_plans_written_total{{provider="good"}} {staged.group(1)}'
+        )
+        assert 'pgenough_plans_chunks_applied_total{provider="good"}' in processed
+        assert 'pgenough_jobs_completed_total{queue="plans"}' in processed
+        for proc in procs[1:]:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+def test_metrics_port_in_use_is_one_clear_line(worker_env: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = pgenough(
+            "worker", "process", "--until-idle", "--metrics-port", str(port), env=worker_env
+        )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot serve metrics on 127.0.0.1:{port}"
+    )

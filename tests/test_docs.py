@@ -85,12 +85,6 @@ def test_every_command_named_exists(path: Path) -> None:
     assert not problems, problems
 
 
-def test_operations_keeps_the_metrics_anchor() -> None:
-    """The lead merges the metrics catalogue at this marker."""
-    text = (ROOT / "docs" / "operations.md").read_text("utf-8")
-    assert "## Metrics\n\nSee the catalogue below.\n\n<!-- metrics-catalogue -->\n" in text
-
-
 @pytest.mark.db
 async def test_operations_sql_runs(db: AsyncConnectionPool) -> None:
     """Every SQL block of docs/operations.md runs on a migrated database (rolled back)."""

@@ -1,4 +1,5 @@
-"""docs/metrics-catalogue.md lists exactly the metrics pgenough exports."""
+"""The metrics catalogue (docs/operations.md, "Metrics") lists exactly the metrics pgenough
+exports."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from tests.helpers.procs import ROOT
 from tests.test_deploy_grafana import exported_series
 
-CATALOGUE = ROOT / "docs" / "metrics-catalogue.md"
+CATALOGUE = ROOT / "docs" / "operations.md"
 
 
 def catalogued() -> set[str]:

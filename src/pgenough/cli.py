@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
+import prometheus_client
 import typer
 import uvicorn
 from pydantic import ValidationError
@@ -194,6 +195,33 @@ async def _ready_pool(settings: Settings, name: str, max_size: int | None = None
     return pool
 
 
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics at /metrics on this port (default: settings; none).",
+    ),
+]
+
+
+def _serve_metrics(settings: Settings, port: int | None) -> None:
+    """A worker's own /metrics endpoint, on a daemon thread: its counters (fetches, chunks,
+    jobs, pools) exist only in its process, so Prometheus must scrape each worker."""
+    port = settings.metrics_port if port is None else port
+    if port is None:
+        return
+    host = settings.metrics_host
+    try:
+        server, _ = prometheus_client.start_http_server(port, addr=host)
+    except OSError as exc:
+        _fail(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}")
+    logging.getLogger("pgenough.cli").info(
+        "metrics at http://%s:%d/metrics", host, server.server_port
+    )
+
+
 @worker_app.command("fetch")
 def worker_fetch(
     provider: Annotated[
@@ -206,6 +234,7 @@ def worker_fetch(
     interval: Annotated[
         float | None, typer.Option(min=0.1, help="Seconds between fetches (default: settings).")
     ] = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Fetch providers' snapshots into staging, each under its provider's lock."""
     settings = _settings()
@@ -217,6 +246,7 @@ def worker_fetch(
     if not providers:
         _fail("no providers: pass --provider NAME=URL or set PGENOUGH_PROVIDERS", code=2)
     owner = f"fetch-{uuid.uuid4().hex[:12]}"
+    _serve_metrics(settings, metrics_port)
 
     async def main() -> int:
         pool = await _ready_pool(settings, owner, max_size=len(providers) + 2)
@@ -266,6 +296,7 @@ def worker_process(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Drain everything claimable, then exit.")
     ] = False,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Apply the chunks of staged runs to the canonical plans."""
     settings = _settings()
@@ -274,6 +305,7 @@ def worker_process(
     if concurrency:
         overrides["concurrency"] = concurrency
     config = settings.worker_config(**overrides)
+    _serve_metrics(settings, metrics_port)
 
     async def main() -> int:
         pool = await _ready_pool(

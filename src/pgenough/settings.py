@@ -66,6 +66,15 @@ class Settings(BaseSettings):
     provider_read_timeout: float = Field(default=30.0, gt=0)
     provider_max_attempts: int = Field(default=4, ge=1)
 
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Workers serve Prometheus metrics at /metrics on this port (unset: none;"
+        " the API serves its own at /metrics).",
+    )
+    metrics_host: str = Field(default="127.0.0.1", description="Address worker metrics bind.")
+
     rescue_interval: float = Field(default=5.0, gt=0)
     clean_interval: float = Field(default=60.0, gt=0)
     dead_retention: float = Field(default=7 * 24 * 3600.0, ge=0, description="Seconds.")
