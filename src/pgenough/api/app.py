@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
 import psycopg
@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgenough import __version__
-from pgenough.api import errors, health, routes
+from pgenough.api import errors, health, routes, ui
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
 from pgenough.api.config import ApiConfig
@@ -54,11 +54,19 @@ def api_config(settings: Settings) -> ApiConfig:
 def create_app(settings: Settings) -> FastAPI:
     """The API app; ``ApiConfigError`` at once when the settings are impossible."""
     config = api_config(settings)
+    ui_config = ui.ui_config(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with running(config) as state:
-            app.state.api = state
+        async with AsyncExitStack() as stack:
+            app.state.api = await stack.enter_async_context(running(config))
+            if ui_config.enabled:
+                url = ui_config.database_url
+                if not url:
+                    url = await asyncio.to_thread(
+                        database_url, config.database_url, config.data_dir
+                    )
+                app.state.ui = await stack.enter_async_context(ui.running(ui_config, url))
             yield
 
     app = FastAPI(
@@ -71,6 +79,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestMetrics)
     app.include_router(routes.router)
     app.include_router(health.router)
+    if ui_config.enabled:
+        ui.install(app)
     return app
 
 
