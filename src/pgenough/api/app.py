@@ -2,8 +2,10 @@
 
 At start-up the lifespan opens the API's pool (each connection with the search timeout as its
 ``statement_timeout``), starts the cache's invalidation listener and waits until it listens,
-so no change committed after start-up is missed. ``prepare_database`` is what the CLI runs
-first: migrate (unless the role may only read) and check that the plans are readable.
+so no change committed after start-up is missed. With the dashboard enabled (``api/ui``) it
+also opens the dashboard's own pool and live feed, closed first at shutdown.
+``prepare_database`` is what the CLI runs first: migrate (unless the role may only read) and
+check that the plans are readable.
 """
 
 from __future__ import annotations

@@ -56,7 +56,9 @@
   function renderProviders(providers) {
     var rows = providers.map(function (p) {
       return el("tr", { "data-provider": p.provider }, [
-        el("td", {}, [el("a", { href: "/ui/runs?provider=" + encodeURIComponent(p.provider) }, [p.provider])]),
+        el("td", { "class": "nowrap" }, [
+          el("a", { href: "/ui/runs?provider=" + encodeURIComponent(p.provider) }, [p.provider]),
+        ]),
         el("td", { "class": "num" }, [el("a", { href: "/ui/runs/" + p.last_run_id }, ["#" + p.last_run_id])]),
         el("td", {}, [pill(p.last_status)]),
         td(seconds(p.last_age), "num"),
