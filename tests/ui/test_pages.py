@@ -113,3 +113,18 @@ async def test_static_files_are_served(ui: Pair) -> None:
     js = await client.get("/ui/static/live.js")
     assert css.status_code == js.status_code == 200
     assert "EventSource" in js.text
+
+
+async def test_a_bug_shows_the_error_page_with_a_request_id(
+    ui: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client = ui
+
+    async def broken(conn: object) -> list[str]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("pgenough.plans.inspect.provider_names", broken)
+    page = html(await client.get("/ui/runs"), 500)
+    rid = (await client.get("/ui/runs")).headers["x-request-id"]
+    assert "Something went wrong" in page and "request id" in page and "a bug" not in page
+    assert rid

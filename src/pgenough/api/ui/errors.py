@@ -3,19 +3,27 @@ dashboard's JSON endpoints (``/ui/api/*``, ``/ui/events``).
 
 ``UiError`` is an ``ApiError`` whose status and code are chosen per instance; its handler,
 more specific than the API's, picks the form. ``LoginRequired`` sends a browser asking for a
-page to the login form instead.
+page to the login form instead. ``UiRoute`` turns a bug in a dashboard route into a
+``UiError`` 500 (logged with the request's id), so a browser gets the error page too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException
 
-from pgenough.api.errors import ApiError, ErrorCode, error_response
+from pgenough.api.errors import ApiError, ErrorCode, error_response, request_id
+
+log = logging.getLogger(__name__)
 
 JSON_PATHS = ("/ui/api/", "/ui/events")
 
@@ -69,3 +77,25 @@ def handler(templates: Jinja2Templates) -> Callable[[Request, Exception], Respon
         )
 
     return handle
+
+
+class UiRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except (ApiError, HTTPException, RequestValidationError):
+                raise
+            except Exception as exc:  # the top of a request: logged with its id, then a 500
+                rid = request_id(request.scope)
+                log.exception("%s %s failed (request id %s)", request.method, request.url.path, rid)
+                raise UiError(
+                    500,
+                    "INTERNAL_ERROR",
+                    f"internal error (request id {rid}): see the server's log",
+                    "Something went wrong",
+                ) from exc
+
+        return guarded

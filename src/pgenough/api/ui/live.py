@@ -84,6 +84,10 @@ class LiveFeed:
         return len(self._clients)
 
     @property
+    def full(self) -> bool:
+        return len(self._clients) >= self.max_clients
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -93,7 +97,7 @@ class LiveFeed:
         if self._closed:
             queue.put_nowait(None)
             return queue
-        if len(self._clients) >= self.max_clients:
+        if self.full:
             raise FeedFull(f"{self.max_clients} browsers already follow the live overview")
         self._clients.add(queue)
         self._stale.set()

@@ -26,7 +26,7 @@ from pgenough.api.ui.auth import (
     read_form,
     safe_next,
 )
-from pgenough.api.ui.errors import LoginRequired, UiError, forbidden, not_found
+from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, not_found
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import UiState, connection
 from pgenough.core import JobNotFound
@@ -54,7 +54,7 @@ Authed = Annotated[UiState, Depends(require_login)]
 
 
 def build_router(templates: Jinja2Templates) -> APIRouter:
-    router = APIRouter(prefix="/ui", include_in_schema=False)
+    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=UiRoute)
 
     def page(
         request: Request, ui: UiState, name: str, context: dict[str, Any], status: int = 200
@@ -166,12 +166,16 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
 
     @router.get("/events")
     async def events(request: Request, ui: Authed) -> Response:
-        try:
-            queue = ui.feed.attach()
-        except FeedFull as exc:
-            raise UiError(503, "TOO_BUSY", str(exc)) from exc
+        if ui.feed.full:
+            raise UiError(503, "TOO_BUSY", f"{ui.feed.max_clients} browsers already follow")
 
         async def stream() -> AsyncIterator[str]:
+            # Attached here, not before the response: the generator's ``finally`` is what
+            # detaches, and it only runs once the generator has started.
+            try:
+                queue = ui.feed.attach()
+            except FeedFull:
+                return  # lost a race for the last slot: the browser retries
             try:
                 yield f"retry: {RECONNECT_MS}\n\n"
                 while True:
