@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest bench-api clean
+.PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest bench-api screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ bench-ingest: $(STAMP)  ## As a module: as a script, bench/queue.py shadows the 
 
 bench-api: $(STAMP)  ## Needs wrk (apt-get install -y wrk).
 	$(BIN)/python -m bench.api
+
+screenshots: $(STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
+	$(BIN)/python -m tests.ui.screenshots
 
 clean:
 	rm -rf $(VENV) .pgenough-test .mypy_cache .ruff_cache .pytest_cache

@@ -125,11 +125,14 @@ def test_demo_serves_search_within_its_first_fetch_cycle(
             if not events:
                 time.sleep(0.2)  # the first fetch (of a 60 s cycle) is still landing
         assert len(events) == 5
+        dashboard = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=5)
+        assert dashboard.status_code == 200 and "fever-sim" in dashboard.text
     finally:
         demo.send_signal(signal.SIGINT)
         out, err = demo.communicate(timeout=60)
     assert demo.returncode == 0, err
     assert f"search: curl 'http://127.0.0.1:{port}/search?" in out
+    assert f"dashboard: http://127.0.0.1:{port}/ui" in out
     assert re.search(r"^fetch  run \d+ STAGED: 1993 plans staged", out, re.MULTILINE), out
     assert re.search(r"^process run \d+ PROCESSED: \d+ plans written", out, re.MULTILINE), out
 

@@ -339,6 +339,7 @@ def api_cmd(
     """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
     from pgenough.api import ApiConfigError, create_app, prepare_database  # slow to import
     from pgenough.api.app import api_config
+    from pgenough.api.server import ApiServer
 
     settings = _settings()
     _setup_logging(settings)
@@ -360,7 +361,7 @@ def api_cmd(
         log_config=None,
         access_log=access_log,
     )
-    server = uvicorn.Server(config)
+    server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 
     async def main() -> int:
         await prepare_database(url, migrate_schema=settings.api_migrate)

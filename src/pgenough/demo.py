@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from pgenough.api.app import create_app
+from pgenough.api.server import ApiServer
 from pgenough.core import Gap, WorkerConfig, migrate, open_pool, subscribe
 from pgenough.plans.fetch import RunResult, fetch_loop
 from pgenough.plans.process import PLANS_CHANGED, process_worker
@@ -59,6 +60,14 @@ def fault_schedule(rng: random.Random, n: int = 2000) -> list[str]:
     return schedule
 
 
+def _dashboard_line(base: str, settings: Settings) -> str:
+    if not settings.ui_enabled:
+        return ""
+    mode = "actions enabled" if settings.ui_actions else "read-only; PGENOUGH_UI_ACTIONS=1 to retry"
+    login = ", needs PGENOUGH_UI_TOKEN" if settings.ui_token is not None else ""
+    return f"  dashboard: {base}/ui   ({mode}{login})\n"
+
+
 def _describe(result: RunResult | None) -> str:
     if result is None:
         return "skipped (another fetcher holds the provider)"
@@ -89,7 +98,7 @@ async def run(settings: Settings, url: str, config: DemoConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     api_settings = settings.model_copy(update={"database_url": url})
-    server = uvicorn.Server(uvicorn.Config(create_app(api_settings), log_level="warning"))
+    server = ApiServer(uvicorn.Config(create_app(api_settings), log_level="warning"))
     # The demo owns SIGINT/SIGTERM (they stop everything, in order); uvicorn must not take them.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     worker = process_worker(pool, WorkerConfig(concurrency=2, batch_size=1))
@@ -112,6 +121,7 @@ async def run(settings: Settings, url: str, config: DemoConfig) -> int:
         f"  search: curl '{base}/search?starts_at=2021-01-01T00:00:00"
         f"&ends_at=2031-12-31T23:59:59&limit=3'\n"
         f"  API:    {base}/search   docs: {base}/docs   metrics: {base}/metrics\n"
+        f"{_dashboard_line(base, api_settings)}"
         f"  provider (simulated; misbehaves now and then): {sim.url}\n"
         f"  a fetch every {config.interval:g}s, {config.plans} plans each; Ctrl-C to stop\n",
         flush=True,

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -115,6 +115,34 @@ class Settings(BaseSettings):
         ge=0,
         description="For tests and demos only: each search first sleeps this long in "
         "PostgreSQL (pg_sleep), as a slow query would.",
+    )
+
+    ui_enabled: bool = Field(
+        default=True, description="Serve the read-only dashboard at /ui with the API."
+    )
+    ui_database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL for the dashboard, as a role that may read pgenough.runs,"
+        " pgenough.jobs and pgenough.plan_failures (and update jobs, for actions); unset ="
+        " the API's database URL.",
+    )
+    ui_actions: bool = Field(
+        default=False,
+        description="Let the dashboard retry and discard jobs (POST); off = read-only, 403.",
+    )
+    ui_token: SecretStr | None = Field(
+        default=None,
+        description="When set, every /ui page and action needs it: Authorization: Bearer,"
+        " or the login form at /ui/login (an HttpOnly cookie).",
+    )
+    ui_tick: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between the live overview's periodic refreshes (besides the"
+        " refresh on every run change).",
+    )
+    ui_statement_timeout: float = Field(
+        default=3.0, gt=0, description="Seconds a dashboard query may run (statement_timeout)."
     )
 
     @classmethod

@@ -58,6 +58,7 @@ async def test_overview_and_runs_show_a_real_ingestion(
         detail = await inspect.get_run(conn, ok.run_id)
         bad_detail = await inspect.get_run(conn, bad.run_id)
         missing = await inspect.get_run(conn, 10**9)
+        names = await inspect.provider_names(conn)
 
     alpha, beta = view.providers
     assert (alpha.provider, alpha.last_run_id, alpha.last_status) == (
@@ -76,6 +77,7 @@ async def test_overview_and_runs_show_a_real_ingestion(
     assert sum(p.plans for p in view.throughput) == ok.plans_staged
     assert all(q.ready == 0 and q.running == 0 for q in view.queues)
 
+    assert names == ["alpha", "beta"]
     assert [r.id for r in runs] == [bad.run_id, ok.run_id]
     assert [r.id for r in failed] == [bad.run_id]
     assert [r.id for r in alpha_runs] == [ok.run_id]

@@ -2,8 +2,10 @@
 
 At start-up the lifespan opens the API's pool (each connection with the search timeout as its
 ``statement_timeout``), starts the cache's invalidation listener and waits until it listens,
-so no change committed after start-up is missed. ``prepare_database`` is what the CLI runs
-first: migrate (unless the role may only read) and check that the plans are readable.
+so no change committed after start-up is missed. With the dashboard enabled (``api/ui``) it
+also opens the dashboard's own pool and live feed, closed first at shutdown.
+``prepare_database`` is what the CLI runs first: migrate (unless the role may only read) and
+check that the plans are readable.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
 import psycopg
@@ -19,7 +21,7 @@ from fastapi import FastAPI
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgenough import __version__
-from pgenough.api import errors, health, routes
+from pgenough.api import errors, health, routes, ui
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
 from pgenough.api.config import ApiConfig
@@ -54,11 +56,19 @@ def api_config(settings: Settings) -> ApiConfig:
 def create_app(settings: Settings) -> FastAPI:
     """The API app; ``ApiConfigError`` at once when the settings are impossible."""
     config = api_config(settings)
+    ui_config = ui.ui_config(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with running(config) as state:
-            app.state.api = state
+        async with AsyncExitStack() as stack:
+            app.state.api = await stack.enter_async_context(running(config))
+            if ui_config.enabled:
+                url = ui_config.database_url
+                if not url:
+                    url = await asyncio.to_thread(
+                        database_url, config.database_url, config.data_dir
+                    )
+                app.state.ui = await stack.enter_async_context(ui.running(ui_config, url))
             yield
 
     app = FastAPI(
@@ -71,6 +81,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestMetrics)
     app.include_router(routes.router)
     app.include_router(health.router)
+    if ui_config.enabled:
+        ui.install(app)
     return app
 
 

@@ -39,6 +39,8 @@ ErrorCode = Literal[
     "INTERNAL_ERROR",
     "NOT_FOUND",
     "METHOD_NOT_ALLOWED",
+    "UNAUTHORIZED",
+    "FORBIDDEN",
 ]
 RETRY_AFTER_SECONDS: Final = "1"
 REQUEST_ID_HEADER: Final = "x-request-id"

@@ -157,6 +157,12 @@ async def overview(conn: AnyConn, window: float = DEFAULT_WINDOW) -> Overview:
     return Overview(at, window, providers, await queue_stats(conn), Failures(**row), throughput)
 
 
+async def provider_names(conn: AnyConn) -> list[str]:
+    """Every provider that has at least one run, in name order."""
+    cur = await conn.execute(_Q["provider_names"])
+    return [str(row[0]) for row in await cur.fetchall()]
+
+
 async def list_runs(
     conn: AnyConn,
     *,

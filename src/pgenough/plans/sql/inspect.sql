@@ -106,3 +106,16 @@ SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, 
 FROM pgenough.jobs
 WHERE queue = %(queue)s AND kind = %(kind)s AND payload ->> 'run_id' = %(id)s::text
 ORDER BY id
+
+-- name: provider_names
+-- Every provider that has a run, by a loose index scan over runs_provider_idx (one probe per
+-- provider), for the dashboard's filters.
+WITH RECURSIVE names AS (
+    (SELECT provider FROM pgenough.runs ORDER BY provider LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.provider FROM pgenough.runs r
+            WHERE r.provider > names.provider ORDER BY r.provider LIMIT 1)
+    FROM names
+    WHERE names.provider IS NOT NULL
+)
+SELECT provider FROM names WHERE provider IS NOT NULL ORDER BY provider

@@ -1,0 +1,62 @@
+"""The operators' dashboard at ``/ui``: server-rendered pages (Jinja2) on ``plans.inspect``,
+a live overview over server-sent events fed by one shared subscription, and, when enabled,
+retry and discard of failing jobs.
+
+``install`` adds it to the app (static files, templates, routes, its error handler);
+``running`` is what the app's lifespan opens for it; ``end_streams`` ends the live streams
+when the server stops (uvicorn waits for open responses before the lifespan's shutdown).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from pgenough.api.ui import format
+from pgenough.api.ui.config import UiConfig
+from pgenough.api.ui.errors import UiError, handler
+from pgenough.api.ui.routes import build_router
+from pgenough.api.ui.state import UiState, running
+from pgenough.settings import Settings
+
+HERE: Final = Path(__file__).resolve().parent
+
+__all__ = ["UiConfig", "UiState", "end_streams", "install", "running", "ui_config"]
+
+
+def ui_config(settings: Settings) -> UiConfig:
+    return UiConfig(
+        enabled=settings.ui_enabled,
+        database_url=settings.ui_database_url,
+        actions=settings.ui_actions,
+        token=settings.ui_token.get_secret_value() if settings.ui_token is not None else None,
+        tick=settings.ui_tick,
+        statement_timeout=settings.ui_statement_timeout,
+    )
+
+
+def templates() -> Jinja2Templates:
+    t = Jinja2Templates(directory=HERE / "templates")
+    t.env.filters.update(format.FILTERS)
+    return t
+
+
+def install(app: FastAPI) -> None:
+    """The dashboard's routes on ``app``; the lifespan must put a ``UiState`` on
+    ``app.state.ui``."""
+    pages = templates()
+    # Mounted before the router: its catch-all 404 page would shadow /ui/static otherwise.
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.include_router(build_router(pages))
+    app.add_exception_handler(UiError, handler(pages))
+
+
+def end_streams(app: FastAPI) -> None:
+    """End every live stream of ``app`` now, and refuse new ones."""
+    state: UiState | None = getattr(app.state, "ui", None)
+    if state is not None:
+        state.feed.close()

@@ -1,0 +1,41 @@
+"""The dashboard's configuration: a frozen slice of the settings, checked when the app is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from pgenough.api.errors import ApiConfigError
+
+DEFAULT_TICK: Final = 5.0
+DEFAULT_STATEMENT_TIMEOUT: Final = 3.0
+# A handful of pages and one live feed: three connections are plenty, and keep the dashboard
+# from ever competing with /search for the database.
+POOL_MAX_SIZE: Final = 3
+DEFAULT_MAX_CLIENTS: Final = 64
+DEFAULT_RUNS_PAGE: Final = 50
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    enabled: bool = True
+    database_url: str | None = None
+    """None: the API's own database URL."""
+    actions: bool = False
+    """Retry and discard allowed; off, the buttons are hidden and the POSTs answer 403."""
+    token: str | None = None
+    """When set, every page and action needs it (``Authorization: Bearer`` or the login)."""
+    tick: float = DEFAULT_TICK
+    """Seconds between the live overview's periodic refreshes."""
+    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+    max_clients: int = DEFAULT_MAX_CLIENTS
+    """Browsers following the live overview at once; more get 503."""
+    runs_page: int = DEFAULT_RUNS_PAGE
+
+    def __post_init__(self) -> None:
+        if not self.tick > 0 or not self.statement_timeout > 0:
+            raise ApiConfigError("ui_tick and ui_statement_timeout must be greater than 0")
+        if self.max_clients < 1 or self.runs_page < 1:
+            raise ApiConfigError("the dashboard needs max_clients and runs_page of at least 1")
+        if self.token is not None and not self.token:
+            raise ApiConfigError("ui_token must not be empty (unset it to disable the login)")

@@ -1,0 +1,72 @@
+"""How the dashboard writes numbers, ages and instants: plain functions, used as Jinja filters
+(the live view's JavaScript writes them the same way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+
+def count(value: int | float | None) -> str:
+    """``12,345``; an em dash for nothing."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f}"
+
+
+def seconds(value: float | None) -> str:
+    """A duration or an age, to the unit that matters: ``850 ms``, ``42 s``, ``3 min 5 s``,
+    ``2 h 10 min``, ``3 d 4 h``."""
+    if value is None:
+        return "—"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 60:
+        return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+    minutes, secs = divmod(int(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def rate(value: float | None) -> str:
+    """Plans per second: ``1,234/s``."""
+    if value is None:
+        return "—"
+    return f"{value:,.0f}/s" if value >= 10 else f"{value:.1f}/s"
+
+
+def instant(value: datetime | str | None) -> str:
+    """``2025-12-01 14:03:07 UTC``: to the second, always in UTC."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def status_class(value: Any) -> str:
+    """The CSS class that colours a run status or a job state."""
+    return f"st-{str(value).lower()}"
+
+
+def span(start: datetime | None, end: datetime | None) -> float | None:
+    """Seconds from ``start`` to ``end``; None unless both happened."""
+    if start is None or end is None:
+        return None
+    return (end - start).total_seconds()
+
+
+FILTERS: dict[str, Callable[..., Any]] = {
+    "count": count,
+    "seconds": seconds,
+    "rate": rate,
+    "instant": instant,
+    "status_class": status_class,
+    "span": span,
+}

@@ -1,0 +1,160 @@
+"""The live overview: ONE subscription per app process, fanned out to every open browser.
+
+A listener task LISTENs on ``run_changed`` and ``plans_changed`` on a single connection,
+however many tabs follow the overview; every message, and every gap in the subscription
+(messages may have been missed), marks the overview stale. A publisher task takes a fresh
+snapshot when it is stale, and every ``tick`` anyway so that backlog changes show, then hands
+it to every attached client. Bursts coalesce: a snapshot covers every change committed before
+it, and snapshots are at least ``min_interval`` apart. Each client holds a queue of one, so a
+slow browser gets the newest snapshot, never a backlog of old ones; ``None`` in it means the
+feed closed and the stream must end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+
+from pgenough.core import Gap, subscribe
+from pgenough.plans.events import RUN_CHANGED
+from pgenough.plans.process import PLANS_CHANGED
+
+log = logging.getLogger(__name__)
+
+CHANNELS: Final = (RUN_CHANGED, PLANS_CHANGED)
+MIN_INTERVAL: Final = 0.25
+LISTEN_RETRY: Final = 2.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One server-sent event: ``overview`` (the snapshot's JSON) or ``problem`` (a message)."""
+
+    name: str
+    data: str
+
+    def encode(self) -> str:
+        # SSE frames end at a blank line; JSON from json.dumps never contains a newline.
+        return f"event: {self.name}\ndata: {self.data}\n\n"
+
+
+Snapshot = Callable[[], Awaitable[Event]]
+ClientQueue = asyncio.Queue[Event | None]
+
+
+class FeedFull(Exception):
+    """Every client slot is taken."""
+
+
+def _offer(queue: ClientQueue, item: Event | None) -> None:
+    """Put ``item`` in a queue of one, replacing what the client has not read yet."""
+    if queue.full():
+        queue.get_nowait()
+    queue.put_nowait(item)
+
+
+class LiveFeed:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        *,
+        tick: float,
+        max_clients: int,
+        min_interval: float = MIN_INTERVAL,
+    ) -> None:
+        self._snapshot = snapshot
+        self.tick = tick
+        self.max_clients = max_clients
+        self.min_interval = min_interval
+        self._clients: set[ClientQueue] = set()
+        self._stale = asyncio.Event()
+        self._closed = False
+        self.snapshots = 0
+        """Snapshots taken so far (for tests and operators)."""
+        self.gaps = 0
+
+    @property
+    def clients(self) -> int:
+        return len(self._clients)
+
+    @property
+    def full(self) -> bool:
+        return len(self._clients) >= self.max_clients
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def attach(self) -> ClientQueue:
+        """A queue for one browser; a fresh snapshot is on its way to it."""
+        queue: ClientQueue = asyncio.Queue(maxsize=1)
+        if self._closed:
+            queue.put_nowait(None)
+            return queue
+        if self.full:
+            raise FeedFull(f"{self.max_clients} browsers already follow the live overview")
+        self._clients.add(queue)
+        self._stale.set()
+        return queue
+
+    def detach(self, queue: ClientQueue) -> None:
+        self._clients.discard(queue)
+
+    def mark_stale(self) -> None:
+        self._stale.set()
+
+    def close(self) -> None:
+        """End every stream now (the server is stopping) and refuse new ones."""
+        self._closed = True
+        for queue in self._clients:
+            _offer(queue, None)
+        self._clients.clear()
+        self._stale.set()
+
+    async def listen(self, url: str, listening: asyncio.Event) -> None:
+        """Mark the overview stale on every run change, plans change and gap; reconnect when
+        the subscription cannot be opened."""
+        while True:
+            try:
+                async with subscribe(url, *CHANNELS) as sub:
+                    listening.set()
+                    # Whatever changed while we were not listening: resynchronise.
+                    self._stale.set()
+                    async for item in sub:
+                        if isinstance(item, Gap):
+                            self.gaps += 1
+                        self._stale.set()
+            except psycopg.Error as exc:
+                log.warning(
+                    "dashboard listener cannot subscribe (%s); retry in %gs", exc, LISTEN_RETRY
+                )
+                listening.set()  # do not hold up start-up: the pages work without it
+                await asyncio.sleep(LISTEN_RETRY)
+
+    async def publish(self) -> None:
+        """Snapshot and fan out, on every change (coalesced) and every tick, until closed."""
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.tick):
+                    await self._stale.wait()
+            self._stale.clear()
+            if self._closed:
+                return
+            if not self._clients:
+                continue  # nobody is watching: no query
+            try:
+                event = await self._snapshot()
+            except Exception:  # the top of a service loop: log it, keep the feed alive
+                log.exception("dashboard snapshot failed")
+                event = Event("problem", '{"message": "internal error: see the server log"}')
+            self.snapshots += 1
+            for queue in list(self._clients):
+                _offer(queue, event)
+            # Changes arriving during this pause coalesce into the next snapshot.
+            await asyncio.sleep(self.min_interval)

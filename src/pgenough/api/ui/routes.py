@@ -1,0 +1,314 @@
+"""The dashboard's pages, its JSON and event stream, and its three actions.
+
+Pages read through ``plans.inspect`` on the dashboard's own pool; actions change state only
+through inspect's repairs, then redirect (303) back with a flash message. Every route first
+checks the login (``Authed``); actions also check that they are enabled and the CSRF token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Final, cast
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from fastapi.templating import Jinja2Templates
+
+from pgenough.api.ui.auth import (
+    FLASH_COOKIE,
+    FLASH_MAX_AGE,
+    SESSION_COOKIE,
+    SESSION_MAX_AGE,
+    BadForm,
+    Flash,
+    read_form,
+    safe_next,
+)
+from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, not_found
+from pgenough.api.ui.live import FeedFull
+from pgenough.api.ui.state import UiState, connection
+from pgenough.core import JobNotFound
+from pgenough.plans import inspect
+
+KEEPALIVE: Final = 15.0
+RECONNECT_MS: Final = 2000
+FAILED_JOBS_SHOWN: Final = 200
+FAILED_RUNS_SHOWN: Final = 50
+
+
+async def get_ui(request: Request) -> UiState:
+    return cast(UiState, request.app.state.ui)
+
+
+async def require_login(request: Request) -> UiState:
+    ui = cast(UiState, request.app.state.ui)
+    if not ui.auth.authenticated(request):
+        raise LoginRequired
+    return ui
+
+
+UiDep = Annotated[UiState, Depends(get_ui)]
+Authed = Annotated[UiState, Depends(require_login)]
+
+
+def build_router(templates: Jinja2Templates) -> APIRouter:
+    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=UiRoute)
+
+    def page(
+        request: Request, ui: UiState, name: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        flash = ui.auth.read_flash(request)
+        response = templates.TemplateResponse(
+            request,
+            name,
+            {
+                "csrf": ui.auth.csrf_token(request),
+                "actions": ui.config.actions,
+                "login": ui.auth.required,
+                "flash": flash,
+                "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+                **context,
+            },
+            status_code=status,
+        )
+        if flash is not None:
+            response.delete_cookie(FLASH_COOKIE, path="/ui")
+        return response
+
+    @router.get("", name="ui_overview")
+    @router.get("/")
+    async def overview(request: Request, ui: Authed) -> Response:
+        async with connection(ui) as conn:
+            view = await inspect.overview(conn)
+        return page(
+            request,
+            ui,
+            "overview.html",
+            {"view": view, "data": inspect.as_json(view), "nav": "overview"},
+        )
+
+    @router.get("/api/overview")
+    async def overview_json(ui: Authed) -> Response:
+        async with connection(ui) as conn:
+            view = await inspect.overview(conn)
+        body = json.dumps({"data": inspect.as_json(view), "error": None})
+        return Response(body, media_type="application/json")
+
+    @router.get("/runs")
+    async def runs(
+        request: Request,
+        ui: Authed,
+        status: str = "",
+        provider: str = "",
+        before: str = "",
+    ) -> Response:
+        status = status.strip().upper()
+        provider = provider.strip()
+        if status and status not in inspect.RUN_STATUSES:
+            raise UiError(
+                400,
+                "INVALID_REQUEST",
+                f"status must be one of {', '.join(inspect.RUN_STATUSES)}",
+                "Bad filter",
+            )
+        if before and not before.isdigit():
+            raise UiError(400, "INVALID_REQUEST", "before must be a run id", "Bad filter")
+        limit = ui.config.runs_page
+        async with connection(ui) as conn:
+            found = await inspect.list_runs(
+                conn,
+                status=status or None,
+                provider=provider or None,
+                limit=limit + 1,
+                before=int(before) if before else None,
+            )
+            providers = await inspect.provider_names(conn)
+        shown = found[:limit]
+        older = shown[-1].id if len(found) > limit else None
+        return page(
+            request,
+            ui,
+            "runs.html",
+            {
+                "runs": shown,
+                "older": older,
+                "status": status,
+                "provider": provider,
+                "before": before,
+                "statuses": inspect.RUN_STATUSES,
+                "providers": providers,
+                "nav": "runs",
+            },
+        )
+
+    @router.get("/runs/{run_id:int}")
+    async def run(request: Request, ui: Authed, run_id: int) -> Response:
+        async with connection(ui) as conn:
+            detail = await inspect.get_run(conn, run_id)
+        if detail is None:
+            raise not_found(f"there is no run {run_id}")
+        return page(request, ui, "run.html", {"run": detail, "nav": "runs"})
+
+    @router.get("/failures")
+    async def failures(request: Request, ui: Authed) -> Response:
+        async with connection(ui) as conn:
+            jobs = await inspect.failed_jobs(conn, limit=FAILED_JOBS_SHOWN)
+            runs = await inspect.list_runs(conn, status="FAILED", limit=FAILED_RUNS_SHOWN)
+        dead = sum(1 for j in jobs if j.state == "dead")
+        return page(
+            request,
+            ui,
+            "failures.html",
+            {"jobs": jobs, "runs": runs, "dead": dead, "nav": "failures"},
+        )
+
+    @router.get("/events")
+    async def events(request: Request, ui: Authed) -> Response:
+        if ui.feed.full:
+            raise UiError(503, "TOO_BUSY", f"{ui.feed.max_clients} browsers already follow")
+
+        async def stream() -> AsyncIterator[str]:
+            # Attached here, not before the response: the generator's ``finally`` is what
+            # detaches, and it only runs once the generator has started.
+            try:
+                queue = ui.feed.attach()
+            except FeedFull:
+                return  # lost a race for the last slot: the browser retries
+            try:
+                yield f"retry: {RECONNECT_MS}\n\n"
+                while True:
+                    try:
+                        async with asyncio.timeout(KEEPALIVE):
+                            event = await queue.get()
+                    except TimeoutError:
+                        # A comment line: keeps proxies from closing an idle stream and finds
+                        # a vanished client at the next write.
+                        yield ": keep-alive\n\n"
+                        continue
+                    if event is None:
+                        return
+                    yield event.encode()
+            finally:
+                ui.feed.detach(queue)
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+        )
+
+    async def action(request: Request, ui: UiState) -> dict[str, str]:
+        """The form of a permitted, genuine action; else 401, 403 or 400."""
+        if not ui.auth.authenticated(request):
+            raise LoginRequired
+        if not ui.config.actions:
+            raise forbidden(
+                "the dashboard is read-only: set PGENOUGH_UI_ACTIONS=1 to allow actions"
+            )
+        try:
+            form = await read_form(request)
+        except BadForm as exc:
+            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+        if not ui.auth.csrf_valid(request, form):
+            raise forbidden(
+                "the form's CSRF token is missing or stale, or it came from another site:"
+                " reload the page and try again"
+            )
+        return form
+
+    def done(ui: UiState, form: dict[str, str], flash: Flash) -> Response:
+        response = RedirectResponse(safe_next(form.get("next"), "/ui/failures"), status_code=303)
+        response.set_cookie(
+            FLASH_COOKIE,
+            ui.auth.flash_cookie(flash),
+            max_age=FLASH_MAX_AGE,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    @router.post("/jobs/{job_id:int}/retry")
+    async def retry(request: Request, ui: UiDep, job_id: int) -> Response:
+        form = await action(request, ui)
+        try:
+            async with connection(ui) as conn:
+                job = await inspect.retry(conn, job_id)
+        except JobNotFound as exc:
+            return done(ui, form, Flash("error", str(exc)))
+        return done(ui, form, Flash("ok", f"job {job.id} will run again now ({job.state})"))
+
+    @router.post("/jobs/{job_id:int}/discard")
+    async def discard(request: Request, ui: UiDep, job_id: int) -> Response:
+        form = await action(request, ui)
+        try:
+            async with connection(ui) as conn:
+                job = await inspect.discard(conn, job_id)
+        except JobNotFound as exc:
+            return done(ui, form, Flash("error", str(exc)))
+        return done(ui, form, Flash("ok", f"job {job.id} discarded ({job.state})"))
+
+    @router.post("/jobs/retry-dead")
+    async def retry_dead(request: Request, ui: UiDep) -> Response:
+        form = await action(request, ui)
+        async with connection(ui) as conn:
+            n = await inspect.retry_all_dead(conn, form.get("queue") or None)
+        plural = "job" if n == 1 else "jobs"
+        return done(ui, form, Flash("ok", f"{n} dead {plural} will run again now"))
+
+    @router.get("/login")
+    async def login_form(request: Request, ui: UiDep, next: str = "/ui") -> Response:
+        if not ui.auth.required or ui.auth.authenticated(request):
+            return RedirectResponse(safe_next(next), status_code=303)
+        return page(request, ui, "login.html", {"next": safe_next(next), "error": None})
+
+    @router.post("/login")
+    async def login(request: Request, ui: UiDep) -> Response:
+        try:
+            form = await read_form(request)
+        except BadForm as exc:
+            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+        target = safe_next(form.get("next"))
+        if not ui.auth.csrf_valid(request, form):
+            raise forbidden("the login form is stale or came from another site: reload it")
+        if not ui.auth.required:
+            return RedirectResponse(target, status_code=303)
+        if not ui.auth.token_matches(form.get("token", "")):
+            return page(
+                request,
+                ui,
+                "login.html",
+                {"next": target, "error": "That is not the dashboard's token."},
+                status=401,
+            )
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            ui.auth.new_session(),
+            max_age=SESSION_MAX_AGE,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    @router.post("/logout")
+    async def logout(request: Request, ui: UiDep) -> Response:
+        try:
+            form = await read_form(request)
+        except BadForm as exc:
+            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+        if not ui.auth.csrf_valid(request, form):
+            raise forbidden("the form is stale or came from another site: reload the page")
+        response = RedirectResponse("/ui/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/ui")
+        return response
+
+    @router.get("/{rest:path}")
+    async def unknown(rest: str) -> Response:
+        raise not_found(f"the dashboard has no page /ui/{rest}")
+
+    return router

@@ -1,0 +1,135 @@
+"""What the dashboard holds while the app runs: its own small pool, the live feed and its two
+tasks, and the login's secrets; opened in the app's lifespan, closed at its end.
+
+The pool is the dashboard's, apart from the API's (so a slow page never takes a /search
+connection): at most three connections, each with a short ``statement_timeout``, on
+``ui_database_url`` when set. It is opened without waiting: a dashboard that cannot reach its
+database says so on its pages, and /search starts regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from pgenough.api.ui.auth import Auth
+from pgenough.api.ui.config import POOL_MAX_SIZE, UiConfig
+from pgenough.api.ui.errors import UiError
+from pgenough.api.ui.live import Event, LiveFeed
+from pgenough.plans import inspect
+
+log = logging.getLogger(__name__)
+
+LISTEN_START_TIMEOUT: Final = 10.0
+PRIVILEGES: Final = (
+    "SELECT on pgenough.runs, pgenough.jobs and pgenough.plan_failures"
+    " (and UPDATE on pgenough.jobs for actions)"
+)
+
+
+@dataclass(frozen=True)
+class UiState:
+    config: UiConfig
+    pool: AsyncConnectionPool
+    feed: LiveFeed
+    auth: Auth
+
+
+@asynccontextmanager
+async def connection(state: UiState) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection of the dashboard's pool; what goes wrong with the database becomes a
+    ``UiError`` that tells the operator what to do."""
+    timeout = state.config.statement_timeout
+    try:
+        async with state.pool.connection(timeout=timeout) as conn:
+            yield conn
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise UiError(
+            503,
+            "UNAVAILABLE",
+            f"the dashboard's database role may not read what it shows ({exc.diag.message_primary})"
+            f": set PGENOUGH_UI_DATABASE_URL to a role with {PRIVILEGES}; without it the"
+            " dashboard uses the API's DATABASE_URL",
+            "The dashboard's role lacks privileges",
+        ) from exc
+    except psycopg.errors.QueryCanceled as exc:
+        raise UiError(
+            503,
+            "UNAVAILABLE",
+            f"the query ran past PGENOUGH_UI_STATEMENT_TIMEOUT ({timeout:g} s)",
+            "Too slow",
+        ) from exc
+    except (PoolTimeout, psycopg.OperationalError) as exc:
+        raise UiError(
+            503,
+            "UNAVAILABLE",
+            f"the dashboard cannot reach its database within {timeout:g} s: check"
+            " PGENOUGH_UI_DATABASE_URL (unset: the API's DATABASE_URL)",
+            "Database unavailable",
+        ) from exc
+
+
+async def overview_event(state: UiState) -> Event:
+    """The live feed's snapshot: the overview as JSON, or the problem that prevents it."""
+    try:
+        async with connection(state) as conn:
+            view = await inspect.overview(conn)
+    except UiError as exc:
+        return Event("problem", json.dumps({"message": exc.message}))
+    return Event("overview", json.dumps(inspect.as_json(view)))
+
+
+def with_statement_timeout(url: str, seconds: float) -> str:
+    # Imported here: the app module imports this package to build the app.
+    from pgenough.api.app import with_statement_timeout as add_timeout
+
+    return add_timeout(url, seconds)
+
+
+@asynccontextmanager
+async def running(config: UiConfig, url: str) -> AsyncIterator[UiState]:
+    pool = AsyncConnectionPool(
+        with_statement_timeout(url, config.statement_timeout),
+        min_size=1,
+        max_size=POOL_MAX_SIZE,
+        name="pgenough-ui",
+        open=False,
+        timeout=config.statement_timeout,
+        kwargs={"autocommit": True, "application_name": "pgenough-ui"},
+        check=AsyncConnectionPool.check_connection,
+    )
+    await pool.open(wait=False)
+    holder: list[UiState] = []
+
+    async def snapshot() -> Event:
+        return await overview_event(holder[0])
+
+    feed = LiveFeed(snapshot, tick=config.tick, max_clients=config.max_clients)
+    state = UiState(config, pool, feed, Auth(config.token))
+    holder.append(state)
+    listening = asyncio.Event()
+    tasks = [
+        asyncio.create_task(feed.listen(url, listening), name="ui-listen"),
+        asyncio.create_task(feed.publish(), name="ui-publish"),
+    ]
+    try:
+        try:
+            async with asyncio.timeout(LISTEN_START_TIMEOUT):
+                await listening.wait()
+        except TimeoutError:
+            log.warning("dashboard listener not connected yet: the live view waits for it")
+        yield state
+    finally:
+        feed.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()
