@@ -1,5 +1,5 @@
 """``pgenough status/runs/run/failures`` and the repairs, on real ingestions and real failures;
-and their error lines."""
+their error lines; and the worker commands' progress displays (only for a terminal)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tests.plans.pipeline import fetch, ingest, process
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
 ANSI = "\x1b["
+ANSI_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def invoke(database_url: str, *args: str) -> Result:
@@ -285,3 +286,31 @@ def test_unreachable_database_is_one_line_fast_and_keeps_the_password(
         assert len(lines) == 1, result.stderr
         assert lines[0].startswith("error: cannot connect to ")
         assert "s3cret" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_progress_is_drawn_only_for_a_terminal(
+    db: object, sim: SimServer, worker_env: dict[str, str]
+) -> None:
+    url = f"{sim.url}?version=1"
+    piped = pgenough("worker", "fetch", "--once", "--provider", f"piped={url}", env=worker_env)
+    assert piped.returncode == 0, piped.stderr
+    drained = pgenough("worker", "process", "--until-idle", env=worker_env)
+    assert drained.returncode == 0, drained.stderr
+    for result in (piped, drained):
+        assert ANSI not in result.stderr + result.stdout
+        assert "fetch piped" not in result.stderr and " left, " not in result.stderr
+    status = pgenough("status", "--json", env=worker_env)
+    assert json.loads(status.stdout)["providers"][0]["last_status"] == "PROCESSED"
+
+    forced = dict(worker_env, PGENOUGH_FORCE_PROGRESS="1")
+    shown = pgenough("worker", "fetch", "--once", "--provider", f"shown={url}", env=forced)
+    assert shown.returncode == 0, shown.stderr
+    assert "fetch shown" in shown.stderr and "plans staged" in shown.stderr
+    assert ANSI not in shown.stdout and "STAGED" in shown.stdout  # the table, untouched
+    bar = pgenough("worker", "process", "--until-idle", env=forced)
+    assert bar.returncode == 0, bar.stderr
+    assert "process" in bar.stderr and " left, " in bar.stderr
+    assert re.search(r"(\d+)/\1 chunks, 0 left", ANSI_CODES.sub("", bar.stderr)), bar.stderr
+    assert bar.stdout.startswith("chunks applied: ")
+    forced_json = pgenough("status", "--json", env=forced)
+    assert json.loads(forced_json.stdout)["providers"][1]["provider"] == "shown"

@@ -9,29 +9,34 @@ import logging
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import psycopg
 import typer
 import uvicorn
+from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from rich.console import Console, RenderableType
 from rich.table import Table
 
-from pgenough import __version__, render
+from pgenough import __version__, progress, render
 from pgenough.core import (
     DatabaseError,
     PgenoughError,
+    Worker,
+    WorkerStats,
     database_url,
     migrate,
     open_pool,
+    queue_stats,
     schema_version,
 )
 from pgenough.plans import inspect
-from pgenough.plans.fetch import RunResult, fetch_all, fetch_loop
+from pgenough.plans.fetch import PLANS_QUEUE, RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
+from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 from pgenough.settings import Settings
 
@@ -219,7 +224,7 @@ def worker_fetch(
         pool = await _ready_pool(settings, owner, max_size=len(providers) + 2)
         try:
             if once:
-                results = await fetch_all(pool, providers, owner=owner)
+                results = await _fetch_once(pool, providers, owner)
                 _print_runs(results)
                 return 1 if any(r is not None and r.status == "FAILED" for r in results) else 0
             stop = asyncio.Event()
@@ -234,6 +239,18 @@ def worker_fetch(
             await pool.close()
 
     raise typer.Exit(_run(main))
+
+
+async def _fetch_once(
+    pool: AsyncConnectionPool, providers: Sequence[ProviderConfig], owner: str
+) -> list[RunResult | None]:
+    """``fetch_all``, with a live line per provider when someone watches stderr."""
+    console = progress.console()
+    if console is None:
+        return await fetch_all(pool, providers, owner=owner)
+    display = progress.FetchDisplay(console, [p.name for p in providers])
+    with display.shown():
+        return await fetch_all(pool, providers, owner=owner, on_progress=display.update)
 
 
 def _print_runs(results: list[RunResult | None]) -> None:
@@ -280,13 +297,30 @@ def worker_process(
         )
         try:
             worker = process_worker(pool, config)
-            stats = await worker.run(until_idle=until_idle, handle_signals=True)
+            console = progress.console() if until_idle else None
+            if console is None:
+                stats = await worker.run(until_idle=until_idle, handle_signals=True)
+            else:
+                stats = await _drain_with_progress(pool, worker, console)
             out.print(f"chunks applied: {stats.completed}, failed attempts: {stats.failed}")
             return 0
         finally:
             await pool.close()
 
     raise typer.Exit(_run(main))
+
+
+async def _drain_with_progress(
+    pool: AsyncConnectionPool, worker: Worker, console: Console
+) -> WorkerStats:
+    """``worker.run(until_idle=True)`` under a bar of the chunks claimable at the start."""
+    async with pool.connection() as conn:
+        plans = [q for q in await queue_stats(conn) if q.queue == PLANS_QUEUE]
+    total = sum(q.ready + q.running for q in plans)
+    display = progress.ChunkDisplay(console, total)
+    work = asyncio.create_task(worker.run(until_idle=True, handle_signals=True))
+    await display.follow(lambda: (worker.stats.completed, worker.stats.failed), work)
+    return await work
 
 
 @app.command("api")
