@@ -4,25 +4,41 @@ turns pgenough's errors into a one-line message and a non-zero exit."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import prometheus_client
+import psycopg
 import typer
 import uvicorn
+from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 
-from pgenough import __version__, logs
-from pgenough.core import PgenoughError, database_url, migrate, open_pool, schema_version
-from pgenough.plans.fetch import RunResult, fetch_all, fetch_loop
+from pgenough import __version__, logs, progress, render
+from pgenough.core import (
+    DatabaseError,
+    PgenoughError,
+    Worker,
+    WorkerStats,
+    database_url,
+    migrate,
+    open_pool,
+    queue_stats,
+    schema_version,
+)
+from pgenough.plans import inspect
+from pgenough.plans.fetch import PLANS_QUEUE, RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
+from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 from pgenough.settings import Settings
 
@@ -252,7 +268,7 @@ def worker_fetch(
         pool = await _ready_pool(settings, owner, max_size=len(providers) + 2)
         try:
             if once:
-                results = await fetch_all(pool, providers, owner=owner)
+                results = await _fetch_once(pool, providers, owner)
                 _print_runs(results)
                 return 1 if any(r is not None and r.status == "FAILED" for r in results) else 0
             stop = asyncio.Event()
@@ -267,6 +283,18 @@ def worker_fetch(
             await pool.close()
 
     raise typer.Exit(_run(main))
+
+
+async def _fetch_once(
+    pool: AsyncConnectionPool, providers: Sequence[ProviderConfig], owner: str
+) -> list[RunResult | None]:
+    """``fetch_all``, with a live line per provider when someone watches stderr."""
+    console = progress.console()
+    if console is None:
+        return await fetch_all(pool, providers, owner=owner)
+    display = progress.FetchDisplay(console, [p.name for p in providers])
+    with display.shown():
+        return await fetch_all(pool, providers, owner=owner, on_progress=display.update)
 
 
 def _print_runs(results: list[RunResult | None]) -> None:
@@ -315,13 +343,30 @@ def worker_process(
         )
         try:
             worker = process_worker(pool, config)
-            stats = await worker.run(until_idle=until_idle, handle_signals=True)
+            console = progress.console() if until_idle else None
+            if console is None:
+                stats = await worker.run(until_idle=until_idle, handle_signals=True)
+            else:
+                stats = await _drain_with_progress(pool, worker, console)
             out.print(f"chunks applied: {stats.completed}, failed attempts: {stats.failed}")
             return 0
         finally:
             await pool.close()
 
     raise typer.Exit(_run(main))
+
+
+async def _drain_with_progress(
+    pool: AsyncConnectionPool, worker: Worker, console: Console
+) -> WorkerStats:
+    """``worker.run(until_idle=True)`` under a bar of the chunks claimable at the start."""
+    async with pool.connection() as conn:
+        plans = [q for q in await queue_stats(conn) if q.queue == PLANS_QUEUE]
+    total = sum(q.ready + q.running for q in plans)
+    display = progress.ChunkDisplay(console, total)
+    work = asyncio.create_task(worker.run(until_idle=True, handle_signals=True))
+    await display.follow(lambda: (worker.stats.completed, worker.stats.failed), work)
+    return await work
 
 
 @app.command("api")
@@ -387,6 +432,194 @@ def provider_sim(
         sim.serve(plans=plans, port=port, seed=seed, host=host)
     except OSError as exc:
         _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+
+
+# -- inspecting and repairing ---------------------------------------------------------------
+# These commands never migrate: looking must not change the database, and a repair changes
+# only the jobs it names. Each opens a small pool, calls one function of plans.inspect, and
+# prints tables, or with --json exactly one JSON document on stdout.
+
+INSPECT_PANEL = "Inspect and repair"
+PIPED_WIDTH = 200
+INSPECT_TIMEOUT = 5.0
+"""Seconds to reach the database: someone asking for status wants an answer or an error now."""
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")
+]
+
+
+async def _on_connection(
+    settings: Settings, name: str, action: Callable[[inspect.AnyConn], Awaitable[T]]
+) -> T:
+    """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
+    about a database without pgenough's tables into what the operator should do."""
+    pool = await open_pool(
+        database_url(settings.database_url, settings.data_dir),
+        max_size=2,
+        name=name,
+        timeout=INSPECT_TIMEOUT,
+    )
+    try:
+        async with pool.connection() as conn:
+            return await action(conn)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise DatabaseError("pgenough's schema is missing: run `pgenough migrate`") from exc
+    except psycopg.OperationalError as exc:
+        # The connection broke mid-command (server restart, timeout): one line, no traceback.
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(f"database error: {reason}") from exc
+    finally:
+        await pool.close()
+
+
+def _inspect(name: str, action: Callable[[inspect.AnyConn], Awaitable[T]]) -> T:
+    settings = _settings()
+    _setup_logging(settings)
+    return _run(lambda: _on_connection(settings, f"pgenough-{name}", action))
+
+
+def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:
+    if as_json:
+        # Plain stdout, not rich: rich would wrap and highlight, and the document must parse.
+        sys.stdout.write(json.dumps(inspect.as_json(value), indent=2) + "\n")
+    else:
+        # Piped into a file, grep or less, a table is not cut to 80 columns (rich's default
+        # when it cannot ask a terminal); a terminal gets its own width.
+        wide = out if out.is_terminal else Console(width=max(out.width, PIPED_WIDTH))
+        wide.print(view())
+
+
+def _now() -> datetime:
+    # Ages in tables are read against this machine's clock; --json carries the timestamps.
+    return datetime.now(UTC)
+
+
+@app.command("status", rich_help_panel=INSPECT_PANEL)
+def status_cmd(as_json: JsonOption = False) -> None:
+    """Providers (last run, age, counts, throughput), queues, and failures of the last hour."""
+    view = _inspect("status", inspect.overview)
+    _show(view, as_json, lambda: render.overview(view))
+
+
+@app.command("runs", rich_help_panel=INSPECT_PANEL)
+def runs_cmd(
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed runs.")] = False,
+    status: Annotated[
+        str | None,
+        typer.Option(help=f"Only runs in this status ({', '.join(inspect.RUN_STATUSES)})."),
+    ] = None,
+    provider: Annotated[str | None, typer.Option(help="Only this provider's runs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
+    before: Annotated[
+        int | None, typer.Option(help="Runs older than this run id (the next page).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Runs, newest first."""
+    if status is not None and status.upper() not in inspect.RUN_STATUSES:
+        _fail(f"--status must be one of {', '.join(inspect.RUN_STATUSES)}", code=2)
+    if failed:
+        if status is not None and status.upper() != "FAILED":
+            _fail("--failed and --status disagree: give one of them", code=2)
+        status = "FAILED"
+    runs = _inspect(
+        "runs",
+        lambda conn: inspect.list_runs(
+            conn, status=status, provider=provider, limit=limit, before=before
+        ),
+    )
+    _show(runs, as_json, lambda: render.runs_table(runs, _now()))
+
+
+@app.command("run", rich_help_panel=INSPECT_PANEL)
+def run_cmd(
+    run_id: Annotated[int, typer.Argument(metavar="ID", help="The run's id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One run: timings, HTTP attempts, skipped records, failed rows, chunk jobs left."""
+    detail = _inspect("run", lambda conn: inspect.get_run(conn, run_id))
+    if detail is None:
+        _fail(f"run {run_id} not found")
+    _show(detail, as_json, lambda: render.run_detail(detail, _now()))
+
+
+@app.command("failures", rich_help_panel=INSPECT_PANEL)
+def failures_cmd(
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs and runs.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Failing jobs with their last error, and the runs that failed in the last hour."""
+
+    async def both(conn: inspect.AnyConn) -> dict[str, Any]:
+        return {
+            "window": inspect.DEFAULT_WINDOW,
+            "jobs": await inspect.failed_jobs(conn, queue=queue, limit=limit),
+            "runs": await inspect.failed_runs(conn, limit=limit),
+        }
+
+    found = _inspect("failures", both)
+
+    _show(
+        found,
+        as_json,
+        lambda: render.failures(found["jobs"], found["runs"], found["window"], _now()),
+    )
+
+
+@app.command("retry", rich_help_panel=INSPECT_PANEL)
+def retry_cmd(
+    job_id: Annotated[
+        int | None, typer.Argument(metavar="ID", help="The job to run again now.")
+    ] = None,
+    all_dead: Annotated[
+        bool, typer.Option("--all-dead", help="Every dead job instead of one.")
+    ] = False,
+    queue: Annotated[
+        str | None, typer.Option(help="With --all-dead: only this queue's dead jobs.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Make a dead, cancelled or waiting job runnable now (or every dead job)."""
+    if (job_id is None) == (not all_dead):
+        _fail("give a job ID or --all-dead (exactly one)", code=2)
+    if queue is not None and not all_dead:
+        _fail("--queue goes with --all-dead", code=2)
+    if job_id is not None:
+        job = _inspect("retry", lambda conn: inspect.retry(conn, job_id))
+        _show(job, as_json, lambda: render.job_line("retried", job))
+        return
+    retried = _inspect("retry", lambda conn: inspect.retry_all_dead(conn, queue))
+    where = f" of queue {queue}" if queue else ""
+    _show(
+        {"retried": retried, "queue": queue},
+        as_json,
+        lambda: render.message(f"retried {retried} dead job(s){where}"),
+    )
+
+
+@app.command("discard", rich_help_panel=INSPECT_PANEL)
+def discard_cmd(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job to cancel.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a job that has not finished (it can still be retried until cleaned up)."""
+    job = _inspect("discard", lambda conn: inspect.discard(conn, job_id))
+    _show(job, as_json, lambda: render.job_line("discarded", job))
+
+
+@app.command("requeue-stuck", rich_help_panel=INSPECT_PANEL)
+def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
+    """Take back now every claim whose lease expired (a worker died holding it)."""
+    result = _inspect("requeue-stuck", inspect.requeue_stuck)
+    _show(
+        result,
+        as_json,
+        lambda: render.message(
+            f"requeued {result.retried} stuck job(s); {result.dead} dead-lettered (attempts spent)"
+        ),
+    )
 
 
 def main() -> None:

@@ -54,6 +54,8 @@ async def test_overview_and_runs_show_a_real_ingestion(
         view = await inspect.overview(conn)
         runs = await inspect.list_runs(conn)
         failed = await inspect.list_runs(conn, status="failed")
+        recent_failures = await inspect.failed_runs(conn)
+        none_yet = await inspect.failed_runs(conn, window=0)
         alpha_runs = await inspect.list_runs(conn, provider="alpha")
         detail = await inspect.get_run(conn, ok.run_id)
         bad_detail = await inspect.get_run(conn, bad.run_id)
@@ -90,6 +92,8 @@ async def test_overview_and_runs_show_a_real_ingestion(
     assert detail.jobs == [] and detail.row_failures == []
     assert bad_detail is not None and bad_detail.status == "FAILED"
     assert bad_detail.attempts[0]["status"] == 404
+    assert [(r.id, r.reason) for r in recent_failures] == [(bad.run_id, bad_detail.reason)]
+    assert recent_failures[0].finished_at == bad_detail.failed_at and none_yet == []
 
     data = inspect.as_json(detail)
     assert data["id"] == ok.run_id and isinstance(data["started_at"], str)
@@ -101,6 +105,8 @@ async def test_bad_filters_are_refused(db: AsyncConnectionPool) -> None:
             await inspect.list_runs(conn, status="DONE")
         with pytest.raises(ValueError, match="limit"):
             await inspect.list_runs(conn, limit=0)
+        with pytest.raises(ValueError, match="limit"):
+            await inspect.failed_runs(conn, limit=0)
 
 
 async def test_a_dead_chunk_is_seen_retried_and_its_run_completes(

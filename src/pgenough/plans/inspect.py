@@ -187,6 +187,17 @@ async def list_runs(
         return await cur.fetchall()
 
 
+async def failed_runs(
+    conn: AnyConn, *, window: float = DEFAULT_WINDOW, limit: int = 50
+) -> list[RunSummary]:
+    """Runs that failed in the last ``window`` seconds, the most recent failure first."""
+    if limit < 1:
+        raise ValueError("limit must be >= 1")
+    async with conn.cursor(row_factory=class_row(RunSummary)) as cur:
+        await cur.execute(_Q["failed_runs_since"], {"window": window, "limit": limit})
+        return await cur.fetchall()
+
+
 async def get_run(conn: AnyConn, run_id: int) -> RunDetail | None:
     """One run with its attempts, skipped samples, failed rows and queued chunk jobs."""
     async with conn.cursor(row_factory=dict_row) as cur:

@@ -119,3 +119,14 @@ WITH RECURSIVE names AS (
     WHERE names.provider IS NOT NULL
 )
 SELECT provider FROM names WHERE provider IS NOT NULL ORDER BY provider
+
+-- name: failed_runs_since
+-- Runs that failed in the window, newest first (what `pgenough failures` lists).
+SELECT id, provider, status::text, started_at, failed_at AS finished_at,
+       extract(epoch FROM failed_at - started_at)::float8 AS duration,
+       bytes, plans_staged, plans_skipped, plans_written, rows_failed, chunks_total,
+       chunks_done, reason
+FROM pgenough.runs
+WHERE status = 'FAILED' AND failed_at > now() - %(window)s * interval '1 second'
+ORDER BY failed_at DESC, id DESC
+LIMIT %(limit)s
