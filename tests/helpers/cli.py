@@ -17,15 +17,6 @@ from pgenough import settings as settings_module
 from pgenough.cli import app
 from pgenough.settings import Settings
 
-# Landed with the dashboard/CLI; remove once on main. Until they are on main, the docs may
-# name them although the code here does not have them; once they exist they are checked
-# like everything else.
-PENDING_COMMANDS = frozenset(
-    {"status", "runs", "run", "failures", "retry", "discard", "requeue-stuck"}
-)
-PENDING_VARIABLES: frozenset[str] = frozenset()
-PENDING_VARIABLE_PREFIXES = ("PGENOUGH_UI_",)
-
 _runner = CliRunner()
 
 
@@ -69,10 +60,8 @@ def env_variables() -> set[str]:
 
 
 def variable_problem(name: str, known: set[str]) -> str | None:
-    """Why ``name`` is not a variable pgenough reads, or None when it is (or is pending)."""
+    """Why ``name`` is not a variable pgenough reads, or None when it is."""
     if name in known:
-        return None
-    if name in PENDING_VARIABLES or name.startswith(PENDING_VARIABLE_PREFIXES):
         return None
     return f"{name} is not a setting (pgenough.settings.Settings) nor read by any command"
 
@@ -95,8 +84,6 @@ def command_problem(argv: list[str]) -> str | None:
         name = rest.pop(0)
         sub = _subcommands(command).get(name)
         if sub is None:
-            if not path and name in PENDING_COMMANDS:
-                return None
             return f"pgenough {' '.join([*path, name])}: no such command"
         command, path = sub, [*path, name]
     result = _runner.invoke(app, [*path, "--help"])
