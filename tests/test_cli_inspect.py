@@ -24,7 +24,7 @@ from pgenough.core import enqueue, get_job
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.plans.sim import SimServer
 from tests.helpers.procs import ROOT
-from tests.plans.pipeline import fetch, ingest, process
+from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
 ANSI = "\x1b["
@@ -70,24 +70,9 @@ def sim() -> Iterator[SimServer]:
 
 @pytest.fixture
 async def broken_chunks(db: AsyncConnectionPool) -> AsyncIterator[None]:
-    """Counting a chunk on its run fails, as a full disk would make it (see test_inspect)."""
-    async with db.connection() as conn:
-        await conn.execute(
-            "CREATE FUNCTION test_cli_break() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN RAISE EXCEPTION 'disk full (test)'; END $$"
-        )
-        await conn.execute(
-            "CREATE TRIGGER test_cli_break BEFORE UPDATE OF chunks_done ON pgenough.runs"
-            " FOR EACH ROW EXECUTE FUNCTION test_cli_break()"
-        )
+    await break_chunks(db)
     yield
-    await heal(db)
-
-
-async def heal(db: AsyncConnectionPool) -> None:
-    async with db.connection() as conn:
-        await conn.execute("DROP TRIGGER IF EXISTS test_cli_break ON pgenough.runs")
-        await conn.execute("DROP FUNCTION IF EXISTS test_cli_break()")
+    await heal_chunks(db)
 
 
 pytestmark = pytest.mark.db
@@ -183,7 +168,7 @@ async def test_a_dead_chunk_is_shown_retried_from_the_cli_and_its_run_completes(
     table = await cli(database_url, "failures")
     assert "disk full (test)" in table.stdout and "dead" in table.stdout
 
-    await heal(db)
+    await heal_chunks(db)
     first = await cli(database_url, "retry", str(dead[0]["id"]))
     assert first.exit_code == 0, first.stderr
     assert first.stdout.startswith(f"retried job {dead[0]['id']} (plans/apply_chunk): ready")

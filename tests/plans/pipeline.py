@@ -95,3 +95,25 @@ def download(url: str) -> list[PlanRecord]:
     """The records a snapshot URL serves (pin its version!), parsed independently."""
     records, _ = parse_bytes(httpx.get(url, timeout=60).content)
     return records
+
+
+async def break_chunks(pool: AsyncConnectionPool) -> None:
+    """Make counting a chunk on its run fail, as a constraint or a full disk would: a real
+    database error, so chunk jobs fail, retry and are dead-lettered for real."""
+    async with pool.connection() as conn:
+        await conn.execute(
+            "CREATE OR REPLACE FUNCTION test_break_chunks() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'disk full (test)'; END $$"
+        )
+        await conn.execute("DROP TRIGGER IF EXISTS test_break_chunks ON pgenough.runs")
+        await conn.execute(
+            "CREATE TRIGGER test_break_chunks BEFORE UPDATE OF chunks_done ON pgenough.runs"
+            " FOR EACH ROW EXECUTE FUNCTION test_break_chunks()"
+        )
+
+
+async def heal_chunks(pool: AsyncConnectionPool) -> None:
+    """Undo ``break_chunks``."""
+    async with pool.connection() as conn:
+        await conn.execute("DROP TRIGGER IF EXISTS test_break_chunks ON pgenough.runs")
+        await conn.execute("DROP FUNCTION IF EXISTS test_break_chunks()")

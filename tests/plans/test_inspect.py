@@ -10,7 +10,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import enqueue, get_job
 from pgenough.plans import inspect
 from pgenough.plans.sim import SimServer
-from tests.plans.pipeline import fetch, ingest, process
+from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 
 pytestmark = pytest.mark.db
 
@@ -23,24 +23,9 @@ def sim() -> Iterator[SimServer]:
 
 @pytest.fixture
 async def broken_chunks(db: AsyncConnectionPool) -> AsyncIterator[None]:
-    """Counting a chunk on its run fails, as a constraint or a full disk would make it."""
-    async with db.connection() as conn:
-        await conn.execute(
-            "CREATE FUNCTION test_break_chunks() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN RAISE EXCEPTION 'disk full (test)'; END $$"
-        )
-        await conn.execute(
-            "CREATE TRIGGER test_break_chunks BEFORE UPDATE OF chunks_done ON pgenough.runs"
-            " FOR EACH ROW EXECUTE FUNCTION test_break_chunks()"
-        )
+    await break_chunks(db)
     yield
-    await heal(db)
-
-
-async def heal(db: AsyncConnectionPool) -> None:
-    async with db.connection() as conn:
-        await conn.execute("DROP TRIGGER IF EXISTS test_break_chunks ON pgenough.runs")
-        await conn.execute("DROP FUNCTION IF EXISTS test_break_chunks()")
+    await heal_chunks(db)
 
 
 async def test_overview_and_runs_show_a_real_ingestion(
@@ -129,7 +114,7 @@ async def test_a_dead_chunk_is_seen_retried_and_its_run_completes(
     assert run is not None and run.status == "STAGED"
     assert {j.id for j in run.jobs} == {j.id for j in failing}
 
-    await heal(db)
+    await heal_chunks(db)
     async with db.connection() as conn:
         first = await inspect.retry(conn, failing[0].id)
         assert first.state == "ready"

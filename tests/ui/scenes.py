@@ -12,26 +12,7 @@ from pgenough.core import JobRecord
 from pgenough.plans import inspect
 from pgenough.plans.fetch import RunResult
 from pgenough.plans.sim import SimServer
-from tests.plans.pipeline import fetch, ingest, process
-
-
-async def break_chunks(pool: AsyncConnectionPool) -> None:
-    async with pool.connection() as conn:
-        await conn.execute(
-            "CREATE OR REPLACE FUNCTION test_break_chunks() RETURNS trigger LANGUAGE plpgsql"
-            " AS $$ BEGIN RAISE EXCEPTION 'disk full (test)'; END $$"
-        )
-        await conn.execute("DROP TRIGGER IF EXISTS test_break_chunks ON pgenough.runs")
-        await conn.execute(
-            "CREATE TRIGGER test_break_chunks BEFORE UPDATE OF chunks_done ON pgenough.runs"
-            " FOR EACH ROW EXECUTE FUNCTION test_break_chunks()"
-        )
-
-
-async def heal(pool: AsyncConnectionPool) -> None:
-    async with pool.connection() as conn:
-        await conn.execute("DROP TRIGGER IF EXISTS test_break_chunks ON pgenough.runs")
-        await conn.execute("DROP FUNCTION IF EXISTS test_break_chunks()")
+from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 
 
 @dataclass(frozen=True)
@@ -55,7 +36,7 @@ async def dead_chunks(pool: AsyncConnectionPool, sim: SimServer, name: str) -> R
             await conn.execute("UPDATE pgenough.jobs SET max_attempts = 1 WHERE state = 'ready'")
         await process(pool)
     finally:
-        await heal(pool)
+        await heal_chunks(pool)
     return staged
 
 

@@ -143,8 +143,9 @@ class RequeueResult:
 async def overview(conn: AnyConn, window: float = DEFAULT_WINDOW) -> Overview:
     """Providers, queues, failures and throughput over the last ``window`` seconds."""
     params = {"window": window}
+    names = await provider_names(conn)
     async with conn.cursor(row_factory=class_row(ProviderSummary)) as cur:
-        await cur.execute(_Q["providers"], params)
+        await cur.execute(_Q["providers"], {**params, "names": names})
         providers = await cur.fetchall()
     async with conn.cursor(row_factory=dict_row) as fcur:
         await fcur.execute(_Q["failures_since"], params)

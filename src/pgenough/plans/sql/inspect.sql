@@ -1,15 +1,6 @@
 -- name: providers
--- Per provider: its newest run, when it last succeeded, the throughput of its newest processed
--- run and its failures in the window. Providers are found by a loose index scan over
--- runs_provider_idx (one probe per provider), not by reading every run.
-WITH RECURSIVE names AS (
-    (SELECT provider FROM pgenough.runs ORDER BY provider LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.provider FROM pgenough.runs r
-            WHERE r.provider > names.provider ORDER BY r.provider LIMIT 1)
-    FROM names
-    WHERE names.provider IS NOT NULL
-)
+-- Per provider named (see provider_names): its newest run, when it last succeeded, the
+-- throughput of its newest processed run and its failures in the window; each an index probe.
 SELECT n.provider,
        last.id AS last_run_id,
        last.status::text AS last_status,
@@ -24,7 +15,7 @@ SELECT n.provider,
        (SELECT count(*) FROM pgenough.runs f
         WHERE f.provider = n.provider AND f.status = 'FAILED'
           AND f.started_at > now() - %(window)s * interval '1 second') AS runs_failed
-FROM names n
+FROM unnest(%(names)s::text[]) AS n (provider)
 CROSS JOIN LATERAL (
     SELECT * FROM pgenough.runs r WHERE r.provider = n.provider
     ORDER BY r.started_at DESC LIMIT 1
@@ -33,7 +24,6 @@ LEFT JOIN LATERAL (
     SELECT * FROM pgenough.runs r WHERE r.provider = n.provider AND r.status = 'PROCESSED'
     ORDER BY r.started_at DESC LIMIT 1
 ) ok ON true
-WHERE n.provider IS NOT NULL
 ORDER BY n.provider
 
 -- name: failures_since
@@ -109,7 +99,7 @@ ORDER BY id
 
 -- name: provider_names
 -- Every provider that has a run, by a loose index scan over runs_provider_idx (one probe per
--- provider), for the dashboard's filters.
+-- provider), not by reading every run.
 WITH RECURSIVE names AS (
     (SELECT provider FROM pgenough.runs ORDER BY provider LIMIT 1)
     UNION ALL
