@@ -291,3 +291,28 @@ def test_metrics_port_in_use_is_one_clear_line(worker_env: dict[str, str]) -> No
     assert len(lines) == 1 and lines[0].startswith(
         f"error: cannot serve metrics on 127.0.0.1:{port}"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "abc"], "error: pgenough run: Invalid value for 'ID'"),
+        (["runs", "--limit", "0"], "error: pgenough runs: Invalid value for '--limit'"),
+        (["runs", "--bogus"], "error: pgenough runs: No such option: --bogus"),
+        (["nope"], "error: pgenough: No such command 'nope'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(
+    worker_env: dict[str, str], args: list[str], says: str
+) -> None:
+    result = pgenough(*args, env=worker_env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(says), result.stderr
+
+
+def test_no_arguments_show_the_help(worker_env: dict[str, str]) -> None:
+    result = pgenough(env=worker_env)
+    assert result.returncode == 2
+    assert "Usage: pgenough [OPTIONS] COMMAND" in result.stdout + result.stderr

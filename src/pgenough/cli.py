@@ -23,6 +23,9 @@ from pydantic import ValidationError
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+# typer (0.29) vendors click: its usage errors are these classes, not click's.
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
 from pgenough import __version__, logs, progress, render
 from pgenough.core import (
     DatabaseError,
@@ -623,4 +626,18 @@ def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
 
 
 def main() -> None:
-    app()
+    """The console script: click's usage errors become one line like every other error."""
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()  # the help text, as `pgenough` alone has always shown
+        sys.exit(exc.exit_code)
+    except ClickException as exc:
+        ctx = exc.ctx if isinstance(exc, UsageError) else None
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        err.print(f"[bold red]error:[/] {where}{exc.format_message()}", highlight=False)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("[bold red]error:[/] aborted", highlight=False)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
