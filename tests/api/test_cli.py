@@ -98,8 +98,8 @@ def test_migrate_creates_the_api_role_and_the_api_serves_with_it(
         finally:
             server.send_signal(signal.SIGTERM)
             _, stderr = server.communicate(timeout=30)
-        # uvicorn shuts down gracefully, then re-raises the signal it caught.
-        assert server.returncode in (0, -signal.SIGTERM), stderr
+        # A graceful stop is a success (uvicorn alone would re-raise the signal: -15).
+        assert server.returncode == 0, stderr
         assert "Application shutdown complete" in stderr
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
