@@ -20,6 +20,7 @@ from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Periodic
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
+    JOB_STATES,
     Job,
     JobRecord,
     NewJob,
@@ -38,12 +39,15 @@ from pgenough.core.queue import (
 from pgenough.core.retry import Backoff
 from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
 
-__all__ = [
+# Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
+# one constant first.
+__all__ = [  # noqa: RUF022
     "Backoff",
     "DatabaseError",
     "Gap",
     "GiveUp",
     "Handler",
+    "JOB_STATES",
     "Job",
     "JobNotFound",
     "JobRecord",
