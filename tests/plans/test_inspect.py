@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import enqueue, get_job
+from pgenough.core import cancel_job, enqueue, get_job
 from pgenough.plans import inspect
 from pgenough.plans.sim import SimServer
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
@@ -148,3 +149,43 @@ async def test_discard_cancels_and_requeue_stuck_takes_back_expired_leases(
     assert discarded.state == "cancelled"
     assert (result.retried, result.dead) == (1, 0)
     assert rescued is not None and rescued.state == "ready" and rescued.worker is None
+
+
+async def test_job_counts_per_queue_and_state(db: AsyncConnectionPool) -> None:
+    async with db.connection() as conn:
+        assert await inspect.job_counts(conn) == []
+        for _ in range(2):
+            await enqueue(conn, "noop", queue="ops")
+        await enqueue(conn, "noop", queue="ops", run_at=timedelta(hours=1))
+        doomed = await enqueue(conn, "noop", queue="ops")
+        assert doomed is not None
+        await cancel_job(conn, doomed)
+        dead = await enqueue(conn, "noop", queue="mail")
+        await conn.execute(
+            "UPDATE pgenough.jobs SET state = 'dead', finished_at = now() WHERE id = %s", (dead,)
+        )
+        counts = await inspect.job_counts(conn)
+    assert counts == [
+        inspect.JobCounts("mail", ready=0, scheduled=0, running=0, dead=1, cancelled=0),
+        inspect.JobCounts("ops", ready=2, scheduled=1, running=0, dead=0, cancelled=1),
+    ]
+    assert inspect.state_totals(counts) == {"ready": 3, "running": 0, "dead": 1, "cancelled": 1}
+    assert inspect.state_totals(counts, "mail") == {
+        "ready": 0,
+        "running": 0,
+        "dead": 1,
+        "cancelled": 0,
+    }
+    assert inspect.state_totals(counts, "nowhere") == dict.fromkeys(
+        ("ready", "running", "dead", "cancelled"), 0
+    )
+
+
+async def test_chunk_run_names_the_run_of_chunk_jobs_only(db: AsyncConnectionPool) -> None:
+    async with db.connection() as conn:
+        chunk = await enqueue(conn, "apply_chunk", {"run_id": 7, "lo": "a"}, queue="plans")
+        other = await enqueue(conn, "report", {"run_id": 7}, queue="plans")
+        elsewhere = await enqueue(conn, "apply_chunk", {"run_id": 7}, queue="ops")
+        odd = await enqueue(conn, "apply_chunk", [7], queue="plans")
+        jobs = [await get_job(conn, j) for j in (chunk, other, elsewhere, odd) if j is not None]
+    assert [inspect.chunk_run(j) for j in jobs if j is not None] == [7, None, None, None]

@@ -1,5 +1,7 @@
 """What operators look at and the few things they may do: the read model behind
-``pgenough status``/``runs``/``failures`` and the dashboard, and the repairs both offer.
+``pgenough status``/``runs``/``failures``/``jobs`` and the dashboard, and the repairs both
+offer. Single jobs and lists of them are the core's own (``get_job``, ``list_jobs``); this
+module adds what only the plan service knows (which run a chunk job belongs to).
 
 Reads are plain queries on ``pgenough.runs``, ``plan_failures`` and the core's jobs table
 (``sql/inspect.sql``), returned as frozen dataclasses that turn into JSON with ``as_json``.
@@ -10,6 +12,7 @@ Repairs go only through the core's documented operations (``retry_job``, ``retry
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -19,6 +22,7 @@ import psycopg
 from psycopg.rows import class_row, dict_row
 
 from pgenough.core import (
+    JOB_STATES,
     JobRecord,
     QueueStats,
     cancel_job,
@@ -135,6 +139,19 @@ class RunDetail(RunSummary):
 
 
 @dataclass(frozen=True)
+class JobCounts:
+    """One queue's jobs by state; ``ready`` counts only those runnable now."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    """Ready, but not before their ``run_at`` (a retry's backoff, or enqueued for later)."""
+    running: int
+    dead: int
+    cancelled: int
+
+
+@dataclass(frozen=True)
 class RequeueResult:
     retried: int
     dead: int
@@ -211,6 +228,34 @@ async def get_run(conn: AnyConn, run_id: int) -> RunDetail | None:
         await cur.execute(_Q["run_jobs"], {"id": run_id, "queue": PLANS_QUEUE, "kind": CHUNK_KIND})
         jobs = [JobRecord(**r) for r in await cur.fetchall()]
     return RunDetail(**row, row_failures=row_failures, jobs=jobs)
+
+
+async def job_counts(conn: AnyConn) -> list[JobCounts]:
+    """Every queue that has jobs, in name order, with its jobs counted by state."""
+    async with conn.cursor(row_factory=class_row(JobCounts)) as cur:
+        await cur.execute(_Q["job_counts"])
+        return await cur.fetchall()
+
+
+def state_totals(counts: Sequence[JobCounts], queue: str | None = None) -> dict[str, int]:
+    """Jobs per state of ``JOB_STATES`` (of one ``queue``, or all): the scheduled count
+    among the ready, as ``list_jobs(state="ready")`` lists them."""
+    totals = dict.fromkeys(JOB_STATES, 0)
+    for c in counts:
+        if queue is None or c.queue == queue:
+            totals["ready"] += c.ready + c.scheduled
+            totals["running"] += c.running
+            totals["dead"] += c.dead
+            totals["cancelled"] += c.cancelled
+    return totals
+
+
+def chunk_run(job: JobRecord) -> int | None:
+    """The run whose chunk ``job`` applies, or None for any other job."""
+    if job.queue != PLANS_QUEUE or job.kind != CHUNK_KIND or not isinstance(job.payload, dict):
+        return None
+    run_id = job.payload.get("run_id")
+    return run_id if isinstance(run_id, int) else None
 
 
 async def failed_jobs(
