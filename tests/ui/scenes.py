@@ -4,11 +4,24 @@ a chunk on its run fail, as a constraint or a full disk would)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import JobRecord
+from pgenough.core import (
+    GiveUp,
+    Job,
+    JobRecord,
+    RetryIn,
+    Worker,
+    WorkerConfig,
+    cancel_job,
+    enqueue,
+)
 from pgenough.plans import inspect
 from pgenough.plans.fetch import RunResult
 from pgenough.plans.sim import SimServer
@@ -48,3 +61,69 @@ async def build(pool: AsyncConnectionPool, sim: SimServer) -> Scene:
         dead = await inspect.failed_jobs(conn)
     assert dead and all(j.state == "dead" for j in dead)
     return Scene(ok, failed, stuck, dead)
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """One job in each state: ``ops`` has a ready, a scheduled, a dead and a cancelled one,
+    ``slow`` the running one, held by ``worker``."""
+
+    ready: int
+    scheduled: int
+    dead: int
+    """Failed twice for real: a retry, then a give-up."""
+    cancelled: int
+    running: int
+    worker: str
+
+    @property
+    def everything(self) -> list[int]:
+        """Newest first, as the jobs pages list them."""
+        return sorted(
+            [self.ready, self.scheduled, self.dead, self.cancelled, self.running], reverse=True
+        )
+
+
+DEAD_PAYLOAD = {"order": 7, "note": "naïve <b>bold</b>"}
+
+
+async def _flaky(job: Job) -> None:
+    if job.attempts == 1:
+        raise RetryIn(0, "upstream timed out")
+    raise GiveUp("upstream said no")
+
+
+@asynccontextmanager
+async def jobs(pool: AsyncConnectionPool) -> AsyncIterator[Jobs]:
+    """``Jobs``, the running one held by a real worker until the block ends."""
+    quick = WorkerConfig(queue="ops", batch_size=1, maintenance=None)
+    async with pool.connection() as conn:
+        dead = await enqueue(conn, "flaky", DEAD_PAYLOAD, queue="ops", max_attempts=5)
+    await Worker(pool, {"flaky": _flaky}, quick, name="flaky-worker").run(until_idle=True)
+    async with pool.connection() as conn:
+        ready = await enqueue(conn, "noop", {"n": 1}, queue="ops")
+        scheduled = await enqueue(conn, "noop", {"n": 2}, queue="ops", run_at=timedelta(minutes=5))
+        cancelled = await enqueue(conn, "noop", {"n": 3}, queue="ops")
+        assert cancelled is not None
+        await cancel_job(conn, cancelled)
+        running = await enqueue(conn, "hold", {"n": 4}, queue="slow")
+    assert dead and ready and scheduled and running
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(job: Job) -> None:
+        started.set()
+        await release.wait()
+
+    slow = WorkerConfig(queue="slow", maintenance=None)
+    worker = Worker(pool, {"hold": hold}, slow, name="holder-1")
+    task = asyncio.create_task(worker.run())
+    try:
+        async with asyncio.timeout(10):
+            await started.wait()
+        yield Jobs(ready, scheduled, dead, cancelled, running, worker.name)
+    finally:
+        release.set()
+        worker.stop()
+        async with asyncio.timeout(10):
+            await task

@@ -23,6 +23,11 @@ def test_values_are_written_for_people() -> None:
     assert format.span(at, at + timedelta(seconds=90)) == 90.0
     assert format.span(at, None) is None
     assert format.status_class("PROCESSED") == "st-processed"
+    assert format.relative(at + timedelta(seconds=12), at) == "in 12 s"
+    assert format.relative(at - timedelta(seconds=185), at) == "3 min 5 s ago"
+    assert format.relative(at + timedelta(milliseconds=300), at) == "now"
+    assert format.relative(None, at) == "—"
+    assert format.pretty_json({"b": [1], "a": "é"}) == '{\n  "a": "é",\n  "b": [\n    1\n  ]\n}'
 
 
 def test_sessions_expire_and_do_not_cross_tokens() -> None:

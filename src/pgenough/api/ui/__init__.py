@@ -21,6 +21,7 @@ from pgenough.api.ui.config import UiConfig
 from pgenough.api.ui.errors import UiError, handler
 from pgenough.api.ui.routes import build_router
 from pgenough.api.ui.state import UiState, running
+from pgenough.plans import inspect
 from pgenough.settings import Settings
 
 HERE: Final = Path(__file__).resolve().parent
@@ -42,6 +43,8 @@ def ui_config(settings: Settings) -> UiConfig:
 def templates() -> Jinja2Templates:
     t = Jinja2Templates(directory=HERE / "templates")
     t.env.filters.update(format.FILTERS)
+    # Which run a chunk job belongs to is the plan service's knowledge, not the template's.
+    t.env.globals["chunk_run"] = inspect.chunk_run
     return t
 
 

@@ -14,6 +14,7 @@ DEFAULT_STATEMENT_TIMEOUT: Final = 3.0
 POOL_MAX_SIZE: Final = 3
 DEFAULT_MAX_CLIENTS: Final = 64
 DEFAULT_RUNS_PAGE: Final = 50
+DEFAULT_JOBS_PAGE: Final = 100
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,14 @@ class UiConfig:
     max_clients: int = DEFAULT_MAX_CLIENTS
     """Browsers following the live overview at once; more get 503."""
     runs_page: int = DEFAULT_RUNS_PAGE
+    jobs_page: int = DEFAULT_JOBS_PAGE
 
     def __post_init__(self) -> None:
         if not self.tick > 0 or not self.statement_timeout > 0:
             raise ApiConfigError("ui_tick and ui_statement_timeout must be greater than 0")
-        if self.max_clients < 1 or self.runs_page < 1:
-            raise ApiConfigError("the dashboard needs max_clients and runs_page of at least 1")
+        if min(self.max_clients, self.runs_page, self.jobs_page) < 1:
+            raise ApiConfigError(
+                "the dashboard needs max_clients, runs_page and jobs_page of at least 1"
+            )
         if self.token is not None and not self.token:
             raise ApiConfigError("ui_token must not be empty (unset it to disable the login)")

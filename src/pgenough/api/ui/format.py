@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,22 @@ def instant(value: datetime | str | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def relative(value: datetime | None, now: datetime) -> str:
+    """``value`` from ``now``: ``in 12 s`` ahead, ``3 min 5 s ago`` behind, ``now`` within
+    half a second either way."""
+    if value is None:
+        return "—"
+    delta = (value - now).total_seconds()
+    if abs(delta) < 0.5:
+        return "now"
+    return f"in {seconds(delta)}" if delta > 0 else f"{seconds(-delta)} ago"
+
+
+def pretty_json(value: Any) -> str:
+    """A payload as an operator reads it: indented, keys in order, non-ASCII as is."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
 def status_class(value: Any) -> str:
     """The CSS class that colours a run status or a job state."""
     return f"st-{str(value).lower()}"
@@ -69,4 +86,6 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "instant": instant,
     "status_class": status_class,
     "span": span,
+    "relative": relative,
+    "pretty_json": pretty_json,
 }

@@ -1,8 +1,9 @@
 """The dashboard's pages, its JSON and event stream, and its three actions.
 
-Pages read through ``plans.inspect`` on the dashboard's own pool; actions change state only
-through inspect's repairs, then redirect (303) back with a flash message. Every route first
-checks the login (``Authed``); actions also check that they are enabled and the CSRF token.
+Pages read through ``plans.inspect`` and the core's job reads (``list_jobs``, ``get_job``) on
+the dashboard's own pool; actions change state only through inspect's repairs, then redirect
+(303) back with a flash message. Every route first checks the login (``Authed``); actions also
+check that they are enabled and the CSRF token.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final, cast
 
 from fastapi import APIRouter, Depends, Request
@@ -29,7 +31,7 @@ from pgenough.api.ui.auth import (
 from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, not_found
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import UiState, connection
-from pgenough.core import JobNotFound
+from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs
 from pgenough.plans import inspect
 
 KEEPALIVE: Final = 15.0
@@ -162,6 +164,72 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
             ui,
             "failures.html",
             {"jobs": jobs, "runs": runs, "dead": dead, "nav": "failures"},
+        )
+
+    @router.get("/jobs")
+    async def jobs(
+        request: Request,
+        ui: Authed,
+        state: str = "",
+        queue: str = "",
+        before: str = "",
+    ) -> Response:
+        state = state.strip().lower()
+        queue = queue.strip()
+        if state and state not in JOB_STATES:
+            raise UiError(
+                400,
+                "INVALID_REQUEST",
+                f"state must be one of {', '.join(JOB_STATES)}",
+                "Bad filter",
+            )
+        if before and not before.isdigit():
+            raise UiError(400, "INVALID_REQUEST", "before must be a job id", "Bad filter")
+        limit = ui.config.jobs_page
+        async with connection(ui) as conn:
+            found = await list_jobs(
+                conn,
+                state=state or None,
+                queue=queue or None,
+                limit=limit + 1,
+                before=int(before) if before else None,
+            )
+            counts = await inspect.job_counts(conn)
+        shown = found[:limit]
+        older = shown[-1].id if len(found) > limit else None
+        return page(
+            request,
+            ui,
+            "jobs.html",
+            {
+                "jobs": shown,
+                "older": older,
+                "state": state,
+                "queue": queue,
+                "before": before,
+                "states": JOB_STATES,
+                "totals": inspect.state_totals(counts, queue or None),
+                "queues": [c.queue for c in counts],
+                # Relative times are read against this host's clock, as the CLI's are; the
+                # instants beside them are the database's own.
+                "now": datetime.now(UTC),
+                "nav": "jobs",
+            },
+        )
+
+    @router.get("/jobs/{job_id:int}")
+    async def job(request: Request, ui: Authed, job_id: int) -> Response:
+        async with connection(ui) as conn:
+            record = await get_job(conn, job_id)
+        if record is None:
+            raise not_found(
+                f"there is no job {job_id}: completed jobs are deleted; it may have finished"
+            )
+        return page(
+            request,
+            ui,
+            "job.html",
+            {"job": record, "now": datetime.now(UTC), "nav": "jobs"},
         )
 
     @router.get("/events")

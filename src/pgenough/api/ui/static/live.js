@@ -79,7 +79,7 @@
   function renderQueues(queues) {
     var rows = queues.map(function (q) {
       return el("tr", { "data-queue": q.queue }, [
-        td(q.queue),
+        el("td", {}, [el("a", { href: "/ui/jobs?queue=" + encodeURIComponent(q.queue) }, [q.queue])]),
         td(count(q.ready), "num"),
         td(count(q.scheduled), "num"),
         td(count(q.running), "num"),
