@@ -299,6 +299,8 @@ def test_metrics_port_in_use_is_one_clear_line(worker_env: dict[str, str]) -> No
         (["run", "abc"], "error: pgenough run: Invalid value for 'ID'"),
         (["runs", "--limit", "0"], "error: pgenough runs: Invalid value for '--limit'"),
         (["runs", "--bogus"], "error: pgenough runs: No such option: --bogus"),
+        (["job", "abc"], "error: pgenough job: Invalid value for 'ID'"),
+        (["jobs", "--before", "x"], "error: pgenough jobs: Invalid value for '--before'"),
         (["nope"], "error: pgenough: No such command 'nope'"),
     ],
 )

@@ -1,5 +1,5 @@
-"""``pgenough status/runs/run/failures`` and the repairs, on real ingestions and real failures;
-their error lines; and the worker commands' progress displays (only for a terminal)."""
+"""``pgenough status/runs/run/failures/jobs/job`` and the repairs, on real ingestions and real
+failures; their error lines; and the worker commands' progress displays (only for a terminal)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from psycopg_pool import AsyncConnectionPool
 from typer.testing import CliRunner
 
 from pgenough.cli import app
-from pgenough.core import enqueue, get_job
+from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
+from pgenough.plans import inspect
 from pgenough.plans.sim import SimServer
 from tests.helpers.procs import ROOT
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
+from tests.ui import scenes
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
 ANSI = "\x1b["
@@ -212,10 +214,62 @@ async def test_discard_and_requeue_stuck(db: AsyncConnectionPool, database_url: 
     assert revived.exit_code == 0 and ": ready" in revived.stdout
 
 
+async def test_jobs_and_job_show_every_state_as_the_database_has_it(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    async with scenes.jobs(db) as s:
+        everything = await cli_json(database_url, "jobs")
+        assert [j["id"] for j in everything] == s.everything
+        async with db.connection() as conn:
+            assert everything == inspect.as_json(await list_jobs(conn))
+        for state, ids in (
+            ("ready", [s.scheduled, s.ready]),
+            ("running", [s.running]),
+            ("dead", [s.dead]),
+            ("cancelled", [s.cancelled]),
+        ):
+            got = await cli_json(database_url, "jobs", "--state", state.upper())
+            assert [j["id"] for j in got] == ids, state
+        running = await cli_json(database_url, "jobs", "--queue", "slow")
+        assert [(j["id"], j["worker"]) for j in running] == [(s.running, s.worker)]
+        assert running[0]["lease_until"] is not None
+        page = await cli_json(database_url, "jobs", "--limit", "2", "--before", str(s.scheduled))
+        assert [j["id"] for j in page] == [s.ready, s.dead]
+
+        dead = await cli_json(database_url, "job", str(s.dead))
+        async with db.connection() as conn:
+            assert dead == inspect.as_json(await get_job(conn, s.dead))
+        assert dead["payload"] == scenes.DEAD_PAYLOAD
+        assert [(e["attempt"], e["worker"], e["error"]) for e in dead["errors"]] == [
+            (1, "flaky-worker", "upstream timed out (retry in 0s)"),
+            (2, "flaky-worker", "gave up: upstream said no"),
+        ]
+
+        # The tables say the same to a person.
+        table = await cli(database_url, "jobs", "--limit", "4")
+        assert table.exit_code == 0, table.stderr
+        assert re.search(rf"{s.running} +slow +hold +- +running +1/20 .*{s.worker}", table.stdout)
+        assert re.search(r"\d+s left", table.stdout), table.stdout
+        assert re.search(rf"{s.scheduled} +ops +noop .* ready .* in [45]m", table.stdout)
+        assert f"older jobs: --before {s.ready}" in table.stdout and ANSI not in table.stdout
+        shown = await cli(database_url, "job", str(s.dead))
+        assert shown.exit_code == 0, shown.stderr
+        for line in ("upstream timed out (retry in 0s)", "gave up: upstream said no", "naïve"):
+            assert line in shown.stdout
+        assert re.search(r"attempts +2 of 5", shown.stdout), shown.stdout
+        held = await cli(database_url, "job", str(s.running))
+        assert re.search(rf"worker +{s.worker}", held.stdout) and "lease until" in held.stdout
+
+
 async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, database_url: str) -> None:
     missing = await cli(database_url, "run", "999999999", "--json")
     assert missing.exit_code == 1
     assert one_error_line(missing) == "error: run 999999999 not found"
+    gone = await cli(database_url, "job", "999999999")
+    assert gone.exit_code == 1
+    assert one_error_line(gone) == (
+        "error: job 999999999 not found (completed jobs are deleted; it may have finished)"
+    )
     for command in ("retry", "discard"):
         result = await cli(database_url, command, "999999999")
         assert result.exit_code == 1
@@ -227,6 +281,7 @@ async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, databas
     [
         (["runs", "--status", "DONE"], "error: --status must be one of RUNNING, STAGED,"),
         (["runs", "--failed", "--status", "staged"], "error: --failed and --status disagree"),
+        (["jobs", "--state", "done"], "error: --state must be one of ready, running, dead,"),
         (["retry"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--all-dead"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--queue", "plans"], "error: --queue goes with --all-dead"),
@@ -244,7 +299,13 @@ def test_a_database_without_the_schema_is_told_to_migrate(server_url: str) -> No
     create_database(server_url, name)
     url = with_database(server_url, name)
     try:
-        for args in (["status"], ["runs", "--json"], ["failures"], ["retry", "--all-dead"]):
+        for args in (
+            ["status"],
+            ["runs", "--json"],
+            ["jobs"],
+            ["job", "1"],
+            ["retry", "--all-dead"],
+        ):
             result = invoke(url, *args)
             assert result.exit_code == 1
             assert one_error_line(result) == (

@@ -28,11 +28,14 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 
 from pgenough import __version__, logs, progress, render
 from pgenough.core import (
+    JOB_STATES,
     DatabaseError,
     PgenoughError,
     Worker,
     WorkerStats,
     database_url,
+    get_job,
+    list_jobs,
     migrate,
     open_pool,
     queue_stats,
@@ -569,6 +572,43 @@ def failures_cmd(
         as_json,
         lambda: render.failures(found["jobs"], found["runs"], found["window"], _now()),
     )
+
+
+@app.command("jobs", rich_help_panel=INSPECT_PANEL)
+def jobs_cmd(
+    state: Annotated[
+        str | None,
+        typer.Option(help=f"Only jobs in this state ({', '.join(JOB_STATES)})."),
+    ] = None,
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs.")] = 50,
+    before: Annotated[
+        int | None, typer.Option(help="Jobs older than this job id (the next page).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Jobs still queued, newest first: ready, scheduled, running (worker, lease), dead."""
+    if state is not None and state.lower() not in JOB_STATES:
+        _fail(f"--state must be one of {', '.join(JOB_STATES)}", code=2)
+    wanted = state.lower() if state is not None else None
+    jobs = _inspect(
+        "jobs",
+        lambda conn: list_jobs(conn, state=wanted, queue=queue, limit=limit, before=before),
+    )
+    more = len(jobs) == limit
+    _show(jobs, as_json, lambda: render.jobs_list(jobs, _now(), more=more))
+
+
+@app.command("job", rich_help_panel=INSPECT_PANEL)
+def job_cmd(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job's id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One job: state, attempts, times, worker and lease, payload, every recorded error."""
+    job = _inspect("job", lambda conn: get_job(conn, job_id))
+    if job is None:
+        _fail(f"job {job_id} not found (completed jobs are deleted; it may have finished)")
+    _show(job, as_json, lambda: render.job_detail(job, _now()))
 
 
 @app.command("retry", rich_help_panel=INSPECT_PANEL)

@@ -10,11 +10,19 @@ from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
+from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
 from pgenough.core import JobRecord, QueueStats
-from pgenough.plans.inspect import Failures, Overview, ProviderSummary, RunDetail, RunSummary
+from pgenough.plans.inspect import (
+    Failures,
+    Overview,
+    ProviderSummary,
+    RunDetail,
+    RunSummary,
+    chunk_run,
+)
 
 STATUS_STYLES = {
     "RUNNING": "cyan",
@@ -360,7 +368,7 @@ def row_failures_table(run: RunDetail) -> Table:
     return table
 
 
-# -- jobs: pgenough failures / run / retry / discard ----------------------------------------
+# -- jobs: pgenough jobs / job / failures / run / retry / discard ---------------------------
 
 
 def jobs_table(jobs: Sequence[JobRecord], now: datetime, title: str = "failing jobs") -> Table:
@@ -387,6 +395,95 @@ def jobs_table(jobs: Sequence[JobRecord], now: datetime, title: str = "failing j
     if not jobs:
         table.caption = "none"
     return table
+
+
+def jobs_list(jobs: Sequence[JobRecord], now: datetime, *, more: bool = False) -> Table:
+    """``pgenough jobs``: every column an operator browses by, the worker and lease of a
+    running job, the run of a chunk job; ``more`` when the limit cut the list."""
+    table = _table(
+        _num("job"),
+        "queue",
+        "kind",
+        _num("run"),
+        "state",
+        _num("attempts"),
+        _num("when"),
+        "worker",
+        _num("lease"),
+        _text("last error"),
+        title="jobs",
+    )
+    for j in jobs:
+        run = chunk_run(j)
+        table.add_row(
+            str(j.id),
+            j.queue,
+            j.kind,
+            "-" if run is None else str(run),
+            status(j.state),
+            f"{j.attempts}/{j.max_attempts}",
+            _job_when(j, now),
+            j.worker or "-",
+            _lease(j, now),
+            short(j.last_error),
+        )
+    if not jobs:
+        table.caption = "none"
+    elif more:
+        table.caption = f"older jobs: --before {jobs[-1].id}"
+    return table
+
+
+def job_detail(job: JobRecord, now: datetime) -> RenderableType:
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    run = chunk_run(job)
+    for name, value in (
+        ("job", str(job.id)),
+        ("queue", job.queue),
+        ("kind", job.kind),
+        ("run", "" if run is None else str(run)),
+        ("state", status(job.state)),
+        ("priority", str(job.priority)),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("dedupe key", job.dedupe_key or ""),
+        ("created", _stamp(job.created_at, now)),
+        ("run at", _stamp(job.run_at, now)),
+        ("claimed", _stamp(job.claimed_at, now)),
+        ("worker", job.worker or ""),
+        ("lease until", _stamp(job.lease_until, now)),
+        ("finished", _stamp(job.finished_at, now)),
+        ("last error", Text(job.last_error or "", style="red")),
+    ):
+        if str(value):
+            facts.add_row(name, value)
+    errors = _table(_num("attempt"), "at", "worker", _text("error"), title="errors")
+    for e in job.errors:
+        # Whole, not cut: this is where an operator reads a traceback.
+        errors.add_row(
+            str(e.get("attempt", "")), str(e.get("at", "")), e.get("worker") or "-", e.get("error")
+        )
+    if not job.errors:
+        errors.caption = "no failed attempt recorded"
+    payload = Group(Text("payload", style="bold"), JSON.from_data(job.payload, sort_keys=True))
+    return _spaced([facts, payload, errors])
+
+
+def _stamp(when: datetime | None, now: datetime) -> str:
+    """An instant and how far it is from now, either way."""
+    if when is None:
+        return ""
+    delta = (when - now).total_seconds()
+    relative = f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+    return f"{when.isoformat()} ({relative})"
+
+
+def _lease(job: JobRecord, now: datetime) -> str:
+    if job.state != "running" or job.lease_until is None:
+        return "-"
+    left = (job.lease_until - now).total_seconds()
+    return f"{duration(left)} left" if left > 0 else f"expired {duration(-left)} ago"
 
 
 def failures(
