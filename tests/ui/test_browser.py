@@ -1,5 +1,6 @@
 """The dashboard in a real browser (Chromium via Playwright) on a real uvicorn server and a
-real database: real data renders, Retry repairs a dead chunk, the live view follows new runs.
+real database: real data renders, a dead chunk is found from the overview's queue through the
+jobs pages and Retry repairs it, the live view follows new runs.
 Waits are Playwright's auto-waiting ``expect``, never sleeps."""
 
 from __future__ import annotations
@@ -64,6 +65,18 @@ async def test_a_dead_chunk_is_retried_by_clicking_retry(
     assert isinstance(page, Page)
     staged = await scenes.dead_chunks(db, sim, "gamma")  # dead 'disk full (test)', healed
     with UiServer(ui_settings(database_url, ui_actions=True)) as server:
+        # From the overview's queue (as the live view draws it) to the jobs page, to one job.
+        await page.goto(f"{server.url}/ui")
+        await expect(page.locator("#live")).to_have_text("live")
+        await page.locator('#queues-body tr[data-queue="plans"] a').click()
+        await expect(page).to_have_url(re.compile(r"/ui/jobs\?queue=plans$"))
+        first = page.locator("#jobs tbody tr[data-job]").first
+        await expect(first.locator(".pill")).to_have_text("dead")
+        await first.locator("td a").first.click()
+        await expect(page).to_have_url(re.compile(r"/ui/jobs/\d+$"))
+        await expect(page.locator("#errors")).to_contain_text("disk full (test)")
+        await expect(page.locator("#payload")).to_contain_text(f'"run_id": {staged.run_id}')
+
         await page.goto(f"{server.url}/ui/runs/{staged.run_id}")
         await expect(page.locator(".pill.st-staged").first).to_be_visible()
         dead = page.locator("tr[id^=job-]")
