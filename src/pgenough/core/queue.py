@@ -98,6 +98,7 @@ class QueueStats:
     scheduled: int
     running: int
     dead: int
+    cancelled: int
     oldest_ready_age: float
     """Seconds the oldest runnable job has been waiting; 0 when none is."""
 

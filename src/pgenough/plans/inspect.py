@@ -139,19 +139,6 @@ class RunDetail(RunSummary):
 
 
 @dataclass(frozen=True)
-class JobCounts:
-    """One queue's jobs by state; ``ready`` counts only those runnable now."""
-
-    queue: str
-    ready: int
-    scheduled: int
-    """Ready, but not before their ``run_at`` (a retry's backoff, or enqueued for later)."""
-    running: int
-    dead: int
-    cancelled: int
-
-
-@dataclass(frozen=True)
 class RequeueResult:
     retried: int
     dead: int
@@ -230,16 +217,9 @@ async def get_run(conn: AnyConn, run_id: int) -> RunDetail | None:
     return RunDetail(**row, row_failures=row_failures, jobs=jobs)
 
 
-async def job_counts(conn: AnyConn) -> list[JobCounts]:
-    """Every queue that has jobs, in name order, with its jobs counted by state."""
-    async with conn.cursor(row_factory=class_row(JobCounts)) as cur:
-        await cur.execute(_Q["job_counts"])
-        return await cur.fetchall()
-
-
-def state_totals(counts: Sequence[JobCounts], queue: str | None = None) -> dict[str, int]:
-    """Jobs per state of ``JOB_STATES`` (of one ``queue``, or all): the scheduled count
-    among the ready, as ``list_jobs(state="ready")`` lists them."""
+def state_totals(counts: Sequence[QueueStats], queue: str | None = None) -> dict[str, int]:
+    """Jobs per state of ``JOB_STATES`` (of one ``queue``, or all) from ``queue_stats``: the
+    scheduled count among the ready, as ``list_jobs(state="ready")`` lists them."""
     totals = dict.fromkeys(JOB_STATES, 0)
     for c in counts:
         if queue is None or c.queue == queue:

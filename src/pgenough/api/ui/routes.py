@@ -31,7 +31,7 @@ from pgenough.api.ui.auth import (
 from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, not_found
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import UiState, connection
-from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs
+from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs, queue_stats
 from pgenough.plans import inspect
 
 KEEPALIVE: Final = 15.0
@@ -194,7 +194,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 limit=limit + 1,
                 before=int(before) if before else None,
             )
-            counts = await inspect.job_counts(conn)
+            counts = await queue_stats(conn)
         shown = found[:limit]
         older = shown[-1].id if len(found) > limit else None
         return page(

@@ -177,6 +177,7 @@ SELECT queue,
        count(*) FILTER (WHERE state = 'ready' AND run_at > now()) AS scheduled,
        count(*) FILTER (WHERE state = 'running') AS running,
        count(*) FILTER (WHERE state = 'dead') AS dead,
+       count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
        coalesce(extract(epoch FROM now() - min(run_at)
                 FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8 AS oldest_ready_age
 FROM pgenough.jobs

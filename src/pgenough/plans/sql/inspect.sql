@@ -120,16 +120,3 @@ FROM pgenough.runs
 WHERE status = 'FAILED' AND failed_at > now() - %(window)s * interval '1 second'
 ORDER BY failed_at DESC, id DESC
 LIMIT %(limit)s
-
--- name: job_counts
--- Per queue: its jobs in each state, the scheduled (ready, run_at ahead) apart; the jobs
--- browser's filters and tabs. One pass over the jobs table, as the queue stats make.
-SELECT queue,
-       count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
-       count(*) FILTER (WHERE state = 'ready' AND run_at > now()) AS scheduled,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       count(*) FILTER (WHERE state = 'dead') AS dead,
-       count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-FROM pgenough.jobs
-GROUP BY queue
-ORDER BY queue
