@@ -18,7 +18,6 @@ from typing import Final
 
 import psycopg
 from fastapi import FastAPI
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgenough import __version__
 from pgenough.api import errors, health, routes, ui
@@ -91,10 +90,11 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     """The pool, the cache and its listener, the bulkhead: opened, then closed."""
     url = await asyncio.to_thread(database_url, config.database_url, config.data_dir)
     pool = await open_pool(
-        with_statement_timeout(url, config.search_timeout),
+        url,
         min_size=min(POOL_MIN_SIZE, config.pool_max_size),
         max_size=config.pool_max_size,
         name="pgenough-api",
+        statement_timeout=config.search_timeout,
     )
     cache = ResponseCache(config.cache_size, config.cache_ttl)
     listener: asyncio.Task[None] | None = None
@@ -113,14 +113,6 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
         await pool.close()
-
-
-def with_statement_timeout(url: str, seconds: float) -> str:
-    """``url`` whose sessions cancel any statement after ``seconds``."""
-    params = conninfo_to_dict(url)
-    options = f"{params.get('options') or ''} -c statement_timeout={max(1, round(seconds * 1000))}"
-    params["options"] = options.strip()
-    return make_conninfo("", **params)
 
 
 async def prepare_database(url: str, *, migrate_schema: bool) -> None:

@@ -147,13 +147,20 @@ async def open_pool(
     max_size: int = DEFAULT_POOL_MAX,
     name: str = "pgenough",
     timeout: float = 30.0,
+    statement_timeout: float | None = None,
+    wait: bool = True,
 ) -> AsyncConnectionPool:
     """Open an autocommit connection pool once the server answers.
 
     Connections are checked before they are handed out, so a pool survives a server restart:
-    broken connections are discarded and replaced.
+    broken connections are discarded and replaced. ``statement_timeout`` (seconds) cancels
+    any statement of its sessions that runs longer. ``wait=False`` returns at once and lets
+    the pool connect in the background, for a caller that must start without the database.
     """
-    await probe(url, timeout=timeout)
+    if wait:
+        await probe(url, timeout=timeout)
+    if statement_timeout is not None:
+        url = with_statement_timeout(url, statement_timeout)
     pool = AsyncConnectionPool(
         url,
         min_size=min_size,
@@ -164,13 +171,24 @@ async def open_pool(
         kwargs={"autocommit": True, "application_name": name},
         check=AsyncConnectionPool.check_connection,
     )
-    try:
-        await pool.open(wait=True, timeout=timeout)
-    except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged only
-        await pool.close()
-        raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
+    if wait:
+        try:
+            await pool.open(wait=True, timeout=timeout)
+        except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged only
+            await pool.close()
+            raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
+    else:
+        await pool.open(wait=False)
     metrics.track_pool(pool)
     return pool
+
+
+def with_statement_timeout(url: str, seconds: float) -> str:
+    """``url`` whose sessions cancel any statement after ``seconds``."""
+    params = conninfo_to_dict(url)
+    options = f"{params.get('options') or ''} -c statement_timeout={max(1, round(seconds * 1000))}"
+    params["options"] = options.strip()
+    return make_conninfo("", **params)
 
 
 def restart_embedded(server: EmbeddedServer, *, timeout: float = 60.0) -> None:

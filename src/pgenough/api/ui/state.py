@@ -24,6 +24,7 @@ from pgenough.api.ui.auth import Auth
 from pgenough.api.ui.config import POOL_MAX_SIZE, UiConfig
 from pgenough.api.ui.errors import UiError
 from pgenough.api.ui.live import Event, LiveFeed
+from pgenough.core import open_pool
 from pgenough.plans import inspect
 
 log = logging.getLogger(__name__)
@@ -87,26 +88,17 @@ async def overview_event(state: UiState) -> Event:
     return Event("overview", json.dumps(inspect.as_json(view)))
 
 
-def with_statement_timeout(url: str, seconds: float) -> str:
-    # Imported here: the app module imports this package to build the app.
-    from pgenough.api.app import with_statement_timeout as add_timeout
-
-    return add_timeout(url, seconds)
-
-
 @asynccontextmanager
 async def running(config: UiConfig, url: str) -> AsyncIterator[UiState]:
-    pool = AsyncConnectionPool(
-        with_statement_timeout(url, config.statement_timeout),
+    pool = await open_pool(
+        url,
         min_size=1,
         max_size=POOL_MAX_SIZE,
         name="pgenough-ui",
-        open=False,
         timeout=config.statement_timeout,
-        kwargs={"autocommit": True, "application_name": "pgenough-ui"},
-        check=AsyncConnectionPool.check_connection,
+        statement_timeout=config.statement_timeout,
+        wait=False,
     )
-    await pool.open(wait=False)
     holder: list[UiState] = []
 
     async def snapshot() -> Event:
