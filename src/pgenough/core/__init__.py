@@ -15,7 +15,13 @@ from pgenough.core.errors import (
 )
 from pgenough.core.locks import Lock, advisory_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
-from pgenough.core.maintenance import MaintenanceConfig, clean, rescue_expired
+from pgenough.core.maintenance import (
+    CleanResult,
+    MaintenanceConfig,
+    RescueResult,
+    clean,
+    rescue_expired,
+)
 from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Periodic
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
@@ -43,6 +49,7 @@ from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
 # one constant first.
 __all__ = [  # noqa: RUF022
     "Backoff",
+    "CleanResult",
     "DatabaseError",
     "Gap",
     "GiveUp",
@@ -62,6 +69,7 @@ __all__ = [  # noqa: RUF022
     "Periodic",
     "PgenoughError",
     "QueueStats",
+    "RescueResult",
     "RetryIn",
     "Subscription",
     "Worker",

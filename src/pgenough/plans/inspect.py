@@ -25,6 +25,7 @@ from pgenough.core import (
     JOB_STATES,
     JobRecord,
     QueueStats,
+    RescueResult,
     cancel_job,
     get_job,
     list_jobs,
@@ -136,12 +137,6 @@ class RunDetail(RunSummary):
     """The first ``ROW_FAILURES_SHOWN`` rows that could not be written."""
     jobs: list[JobRecord] = dataclasses.field(default_factory=list)
     """Chunk jobs still queued: waiting, running, retrying, dead or cancelled."""
-
-
-@dataclass(frozen=True)
-class RequeueResult:
-    retried: int
-    dead: int
 
 
 async def overview(conn: AnyConn, window: float = DEFAULT_WINDOW) -> Overview:
@@ -266,11 +261,10 @@ async def discard(conn: AnyConn, job_id: int) -> JobRecord:
         return await _job(conn, job_id)
 
 
-async def requeue_stuck(conn: AnyConn) -> RequeueResult:
+async def requeue_stuck(conn: AnyConn) -> RescueResult:
     """Take back now every claim whose lease expired, as the rescuer would on its next
     round (``core.rescue_expired``): retried, or dead when its attempts are spent."""
-    result = await rescue_expired(conn)
-    return RequeueResult(result.retried, result.dead)
+    return await rescue_expired(conn)
 
 
 async def _job(conn: AnyConn, job_id: int) -> JobRecord:
