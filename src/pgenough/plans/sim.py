@@ -71,6 +71,7 @@ from starlette.routing import Route
 from starlette.types import Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from pgenough.httpserver import GracefulServer
 from pgenough.plans.simdata import (
     BYTES_PER_PLAN,
     VARIANTS,
@@ -437,18 +438,23 @@ class _H11WithTransport(H11Protocol):
         self.app = app_with_transport
 
 
-class _Server(uvicorn.Server):
-    """A uvicorn server that says when it is accepting connections (or failed to start)."""
+class _Server(GracefulServer):
+    """A uvicorn server that says when it is accepting connections (or failed to start),
+    and prints ``banner`` then: by that time its signal handlers are in place, so whoever
+    reads the banner may stop it with SIGTERM and get exit 0."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, banner: str | None = None) -> None:
         super().__init__(config)
         self.ready = threading.Event()
+        self.banner = banner
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         try:
             await super().startup(sockets=sockets)
         finally:
             self.ready.set()
+        if self.banner is not None and self.started:
+            print(self.banner, flush=True)
 
 
 def _uvicorn_config(app: Starlette, log_level: str) -> uvicorn.Config:
@@ -591,9 +597,9 @@ def serve(
     """Serve the simulator in the foreground until Ctrl-C (``pgenough provider-sim``)."""
     sock = _bind(host, port)
     app = create_app(SimConfig(plans=plans, seed=seed))
-    server = uvicorn.Server(_uvicorn_config(app, "info"))
     url = _base_url(host, sock.getsockname()[1])
-    print(f"provider simulator: {url}/planList ({plans} plans, seed {seed})", flush=True)
+    banner = f"provider simulator: {url}/planList ({plans} plans, seed {seed})"
+    server = _Server(_uvicorn_config(app, "info"), banner)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
