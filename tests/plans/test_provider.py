@@ -104,7 +104,11 @@ async def test_other_4xx_is_final_and_retries_are_bounded() -> None:
 
 
 def test_provider_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="url must be http"):
+    with pytest.raises(ValueError, match=r"invalid provider URL 'ftp://x': the scheme must be"):
         ProviderConfig("p", "ftp://x")
+    with pytest.raises(ValueError, match=r"invalid provider URL 'http://127\.0\.0\.1:99999/x'"):
+        ProviderConfig("p", "http://127.0.0.1:99999/x")
+    with pytest.raises(ValueError, match="names no host"):
+        ProviderConfig("p", "http:///feed")
     with pytest.raises(ValueError, match="provider name"):
         ProviderConfig("a b", "http://x")

@@ -5,9 +5,10 @@ One branch of the core's tree, grown only where callers catch::
     PgenoughError                (pgenough.core)
     └── PlanServiceError         anything the plan service raises on purpose
         ├── FeedError            the snapshot document cannot be parsed: malformed,
-        │                        truncated or hostile (DOCTYPE, entities)
-        ├── ProviderError        the provider did not deliver: HTTP status, timeouts,
-        │                        transport errors (after the retries it deserves)
+        │                        truncated, hostile (DOCTYPE, entities) or nested too deep
+        ├── ProviderError        the provider did not deliver: an HTTP status, a refused
+        │                        redirect, a body that does not decode, timeouts, a stream
+        │                        too slow, the run's deadline (``kind`` says which)
         └── RunLost              the run was failed by someone else (the stale-run reaper)
                                  while this fetcher was still streaming it
 
@@ -17,7 +18,23 @@ lxml exceptions are translated once, in ``feed.FeedParser``; httpx exceptions on
 
 from __future__ import annotations
 
+from typing import Literal, TypeAlias
+
 from pgenough.core import PgenoughError
+
+ProviderFailure: TypeAlias = Literal[
+    "status", "transport", "redirect", "decoding", "url", "deadline"
+]
+"""What kind of provider failure a ``ProviderError`` is (a bounded metrics label):
+
+- ``status``: an HTTP status retrying cannot fix, or 429/5xx until the attempts ran out;
+- ``transport``: connection failures, timeouts, resets, a body slower than the floor, once
+  the attempts ran out;
+- ``redirect``: a redirect loop, or a redirect refused (not http(s), another host, invalid);
+- ``decoding``: a ``Content-Encoding`` that does not decode, is truncated or unsupported;
+- ``url``: a URL that cannot be requested at all;
+- ``deadline``: the run's overall deadline passed.
+"""
 
 
 class PlanServiceError(PgenoughError):
@@ -29,13 +46,15 @@ class FeedError(PlanServiceError):
 
 
 class ProviderError(PlanServiceError):
-    """The provider could not deliver a snapshot: a status retrying cannot fix, or retries
-    spent on timeouts, transport errors or 429/5xx. ``status`` is the last HTTP status, if any.
-    """
+    """The provider could not deliver a snapshot. ``status`` is the last HTTP status, if any;
+    ``kind`` classifies the failure (see ``ProviderFailure``)."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, kind: ProviderFailure = "transport"
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.kind: ProviderFailure = kind
 
 
 class RunLost(PlanServiceError):
