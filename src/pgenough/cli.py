@@ -42,7 +42,7 @@ from pgenough.core import (
     schema_version,
 )
 from pgenough.plans import inspect
-from pgenough.plans.fetch import PLANS_QUEUE, RunResult, fetch_all, fetch_loop
+from pgenough.plans.fetch import PLANS_QUEUE, FetchConfig, RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
@@ -258,7 +258,8 @@ def worker_fetch(
     ] = None,
     metrics_port: MetricsPortOption = None,
 ) -> None:
-    """Fetch providers' snapshots into staging, each under its provider's lock."""
+    """Fetch providers' snapshots into staging: each provider at most once per interval
+    across every fetch replica, under its lock; SIGTERM ends fetches in flight as FAILED."""
     settings = _settings()
     _setup_logging(settings)
     try:
@@ -268,21 +269,24 @@ def worker_fetch(
     if not providers:
         _fail("no providers: pass --provider NAME=URL or set PGENOUGH_PROVIDERS", code=2)
     owner = f"fetch-{uuid.uuid4().hex[:12]}"
+    config = settings.fetch_config()
     _serve_metrics(settings, metrics_port)
 
     async def main() -> int:
         pool = await _ready_pool(settings, owner, max_size=len(providers) + 2)
+        # SIGTERM/SIGINT end fetches in flight at once: their runs end FAILED ("worker
+        # stopped") and their provider locks are released.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         try:
             if once:
-                results = await _fetch_once(pool, providers, owner)
+                results = await _fetch_once(pool, providers, owner, config, stop)
                 _print_runs(results)
                 return 1 if any(r is not None and r.status == "FAILED" for r in results) else 0
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
             await fetch_loop(
-                pool, providers, interval or settings.fetch_interval, stop, owner=owner
+                pool, providers, interval or settings.fetch_interval, stop, config, owner=owner
             )
             return 0
         finally:
@@ -292,15 +296,21 @@ def worker_fetch(
 
 
 async def _fetch_once(
-    pool: AsyncConnectionPool, providers: Sequence[ProviderConfig], owner: str
+    pool: AsyncConnectionPool,
+    providers: Sequence[ProviderConfig],
+    owner: str,
+    config: FetchConfig,
+    stop: asyncio.Event,
 ) -> list[RunResult | None]:
     """``fetch_all``, with a live line per provider when someone watches stderr."""
     console = progress.console()
     if console is None:
-        return await fetch_all(pool, providers, owner=owner)
+        return await fetch_all(pool, providers, config, owner=owner, stop=stop)
     display = progress.FetchDisplay(console, [p.name for p in providers])
     with display.shown():
-        return await fetch_all(pool, providers, owner=owner, on_progress=display.update)
+        return await fetch_all(
+            pool, providers, config, owner=owner, on_progress=display.update, stop=stop
+        )
 
 
 def _print_runs(results: list[RunResult | None]) -> None:

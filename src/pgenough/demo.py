@@ -103,9 +103,8 @@ async def run(settings: Settings, url: str, config: DemoConfig) -> int:
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     worker = process_worker(pool, WorkerConfig(concurrency=2, batch_size=1))
 
-    async def on_round(results: list[RunResult | None]) -> None:
-        for result in results:
-            print(f"fetch  {_describe(result)}", flush=True)
+    async def on_result(result: RunResult | None) -> None:
+        print(f"fetch  {_describe(result)}", flush=True)
 
     provider = ProviderConfig("fever-sim", sim.url, read_timeout=5.0, max_attempts=3)
     owner = f"demo-{uuid.uuid4().hex[:8]}"
@@ -130,7 +129,7 @@ async def run(settings: Settings, url: str, config: DemoConfig) -> int:
         api_task,
         asyncio.create_task(worker.run(), name="process"),
         asyncio.create_task(
-            fetch_loop(pool, [provider], config.interval, stop, owner=owner, on_round=on_round),
+            fetch_loop(pool, [provider], config.interval, stop, owner=owner, on_result=on_result),
             name="fetch",
         ),
         asyncio.create_task(_print_processed(url), name="runs"),

@@ -22,7 +22,13 @@ from pydantic_settings import (
 
 from pgenough.core import MaintenanceConfig, WorkerConfig
 from pgenough.core.db import default_data_dir
-from pgenough.plans.provider import ProviderConfig
+from pgenough.plans.fetch import DEFAULT_DEADLINE, FetchConfig
+from pgenough.plans.provider import (
+    DEFAULT_LOW_SPEED_LIMIT,
+    DEFAULT_LOW_SPEED_TIME,
+    DEFAULT_MAX_REDIRECTS,
+    ProviderConfig,
+)
 
 
 def _config_file() -> Path:
@@ -61,10 +67,41 @@ class Settings(BaseSettings):
         default="",
         description="Providers to fetch, comma-separated NAME=URL pairs.",
     )
-    fetch_interval: float = Field(default=60.0, gt=0, description="Seconds between fetches.")
+    fetch_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between fetches of each provider: at most one fetch per interval"
+        " across every fetch replica.",
+    )
     provider_connect_timeout: float = Field(default=5.0, gt=0)
     provider_read_timeout: float = Field(default=30.0, gt=0)
     provider_max_attempts: int = Field(default=4, ge=1)
+    provider_low_speed_limit: float = Field(
+        default=DEFAULT_LOW_SPEED_LIMIT,
+        ge=0,
+        description="Bytes per second a snapshot body must average over"
+        " provider_low_speed_time; slower, the attempt fails and is retried (0: no floor).",
+    )
+    provider_low_speed_time: float = Field(
+        default=DEFAULT_LOW_SPEED_TIME,
+        gt=0,
+        description="Seconds over which the low-speed floor is measured.",
+    )
+    provider_max_redirects: int = Field(
+        default=DEFAULT_MAX_REDIRECTS,
+        ge=0,
+        description="Redirects followed per attempt; more is a redirect loop (the run fails).",
+    )
+    provider_redirect_other_hosts: bool = Field(
+        default=False,
+        description="Follow a provider's redirect to another host or port (an http to https"
+        " upgrade of the same host is always followed); off, such a redirect fails the run.",
+    )
+    fetch_deadline: float = Field(
+        default=DEFAULT_DEADLINE,
+        gt=0,
+        description="Seconds a fetch may take, retries and waits included; past it the run fails.",
+    )
 
     metrics_port: int | None = Field(
         default=None,
@@ -175,12 +212,19 @@ class Settings(BaseSettings):
                     connect_timeout=self.provider_connect_timeout,
                     read_timeout=self.provider_read_timeout,
                     max_attempts=self.provider_max_attempts,
+                    low_speed_limit=self.provider_low_speed_limit,
+                    low_speed_time=self.provider_low_speed_time,
+                    max_redirects=self.provider_max_redirects,
+                    redirect_other_hosts=self.provider_redirect_other_hosts,
                 )
             )
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
             raise ValueError(f"provider names must be unique: {names}")
         return configs
+
+    def fetch_config(self) -> FetchConfig:
+        return FetchConfig(deadline=self.fetch_deadline)
 
     def maintenance_config(self) -> MaintenanceConfig:
         return MaintenanceConfig(

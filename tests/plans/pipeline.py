@@ -9,7 +9,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Backoff, WorkerConfig, WorkerStats
 from pgenough.plans.feed import PlanRecord, parse_bytes
-from pgenough.plans.fetch import FetchConfig, RunResult, fetch_provider
+from pgenough.plans.fetch import FetchConfig, RunResult, fetch_provider, provider_client
 from pgenough.plans.process import process_worker
 from pgenough.plans.provider import ProviderConfig
 from tests.plans.model import DUMP
@@ -30,7 +30,7 @@ async def fetch(
     config: FetchConfig | None = None,
     **kw: Any,
 ) -> RunResult:
-    async with httpx.AsyncClient() as client:
+    async with provider_client() as client:
         result = await fetch_provider(
             pool,
             client,

@@ -121,7 +121,10 @@ async def test_killed_fetch_worker_fails_its_run_and_a_later_fetch_succeeds(
     await process(db)
     dead = await run_row(db, dead_run)
     assert dead["status"] == "FAILED"
-    assert dead["reason"] == "fetch worker died mid-stream (its provider lock was free)"
+    assert dead["reason"] == (
+        "fetch worker died or lost its database connection (its provider lock was free)"
+        " while streaming the body (attempt 1 of 4)"
+    )
     assert not dead["has_staging"]
     assert (await run_row(db, result.run_id))["status"] == "PROCESSED"
 

@@ -12,15 +12,39 @@ the fixed sets below.
 from __future__ import annotations
 
 import time
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from pgenough.plans.errors import FeedError, ProviderError
+from pgenough.plans.errors import FeedError, ProviderError, ProviderFailure
 
 Outcome = Literal["staged", "processed_empty", "failed", "skipped_locked"]
-FailureReason = Literal["provider", "transport", "feed", "orphaned", "stale"]
+FailureReason = Literal[
+    "provider",
+    "transport",
+    "redirect",
+    "decoding",
+    "url",
+    "deadline",
+    "feed",
+    "database",
+    "stopped",
+    "internal",
+    "orphaned",
+    "stale",
+]
 OUTCOMES: Final[tuple[Outcome, ...]] = ("staged", "processed_empty", "failed", "skipped_locked")
+FAILURE_REASONS: Final[tuple[FailureReason, ...]] = get_args(FailureReason)
+_BY_KIND: Final[dict[ProviderFailure, FailureReason]] = {
+    "status": "provider",
+    "transport": "transport",
+    "redirect": "redirect",
+    "decoding": "decoding",
+    "url": "url",
+    "deadline": "deadline",
+}
+_OF_OTHERS: Final = frozenset({"orphaned", "stale"})
+"""Reasons recorded for a run by someone other than its own fetch (it is no fetch outcome)."""
 
 FETCHES = Counter(
     "pgenough_plans_fetches",
@@ -36,8 +60,11 @@ FETCH_DURATION = Histogram(
 )
 RUNS_FAILED = Counter(
     "pgenough_plans_runs_failed",
-    "Runs marked FAILED, by reason: provider (an HTTP status), transport (timeouts, resets), "
-    "feed (unparsable XML), orphaned (its fetcher died), stale (stopped heartbeating).",
+    "Runs marked FAILED, by reason: provider (an HTTP status), transport (timeouts, resets, "
+    "too slow), redirect (a loop or a refused redirect), decoding (a body that does not "
+    "decode), url, deadline (the run's overall deadline), feed (unparsable or hostile XML), "
+    "database (connection lost), stopped (the worker was stopped), internal (a bug), "
+    "orphaned (its fetcher died), stale (stopped heartbeating).",
     ["provider", "reason"],
 )
 PLANS_STAGED = Counter(
@@ -72,9 +99,9 @@ def failure_reason(exc: Exception) -> FailureReason:
     """The bounded reason class of a fetch that raised (the full text is on the run)."""
     if isinstance(exc, FeedError):
         return "feed"
-    if isinstance(exc, ProviderError) and exc.status is not None:
-        return "provider"
-    return "transport"
+    if isinstance(exc, ProviderError):
+        return _BY_KIND[exc.kind]
+    return "internal"
 
 
 def record_sealed(provider: str, status: str, staged: int, skipped: int) -> None:
@@ -86,7 +113,7 @@ def record_sealed(provider: str, status: str, staged: int, skipped: int) -> None
 
 def record_failed(provider: str, reason: FailureReason) -> None:
     RUNS_FAILED.labels(provider, reason).inc()
-    if reason in ("provider", "transport", "feed"):
+    if reason not in _OF_OTHERS:
         FETCHES.labels(provider, "failed").inc()
 
 

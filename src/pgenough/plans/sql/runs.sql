@@ -5,26 +5,29 @@ VALUES (%(provider)s, %(url)s, %(owner)s)
 RETURNING id, started_at
 
 -- name: fail_orphaned_runs
--- Called while holding the provider's lock: any run of it still RUNNING has lost its owner.
+-- Called while holding the provider's lock: any run of it still RUNNING has lost its owner
+-- (killed, or cut off from the database). The reason says what that run was doing.
 UPDATE pgenough.runs
 SET status = 'FAILED', failed_at = now(),
-    reason = 'fetch worker died mid-stream (its provider lock was free)'
+    reason = 'fetch worker died or lost its database connection (its provider lock was free)'
+             || ' while ' || coalesce(phase, 'opening the run')
 WHERE provider = %(provider)s AND status = 'RUNNING'
-RETURNING id
+RETURNING id, reason
 
 -- name: fail_stale_runs
 -- Runs whose fetch worker stopped heartbeating, whatever the provider.
 UPDATE pgenough.runs
 SET status = 'FAILED', failed_at = now(),
-    reason = 'fetch worker stopped heartbeating at ' || heartbeat_at::text
+    reason = 'fetch worker stopped heartbeating at ' || heartbeat_at::text || ' while '
+             || coalesce(phase, 'opening the run')
 WHERE status = 'RUNNING' AND heartbeat_at < now() - %(stale_after)s * interval '1 second'
 RETURNING id, provider
 
 -- name: heartbeat_run
--- Progress of a streaming run, and proof its worker is alive.
+-- Progress of a streaming run, what it is doing, and proof its worker is alive.
 UPDATE pgenough.runs
 SET heartbeat_at = now(), bytes = %(bytes)s, plans_staged = %(staged)s,
-    plans_skipped = %(skipped)s
+    plans_skipped = %(skipped)s, phase = %(phase)s
 WHERE id = %(id)s AND status = 'RUNNING'
 RETURNING id
 
