@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,3 +81,14 @@ def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+async def wait_until(
+    condition: Callable[[], Awaitable[bool]], timeout: float = 30.0, what: str = "condition"
+) -> None:
+    """Await ``condition`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)

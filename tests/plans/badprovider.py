@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip as gzip_module
 import socket
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -225,12 +224,3 @@ def in_turn(*behaviours: Behaviour) -> Behaviour:
         current(client, request, server)
 
     return behave
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``predicate`` (for a thread's effect) until true, or fail saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.05)

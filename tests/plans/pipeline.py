@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Backoff, WorkerConfig, WorkerStats
+from pgenough.core import Backoff, WorkerConfig, WorkerStats, lock_key
 from pgenough.plans.feed import PlanRecord, parse_bytes
 from pgenough.plans.fetch import FetchConfig, RunResult, fetch_provider, provider_client
 from pgenough.plans.process import process_worker
 from pgenough.plans.provider import ProviderConfig
+from tests.helpers.procs import wait_until
 from tests.plans.model import DUMP
 
 FAST_RETRIES = Backoff(base=0.01, cap=0.05)
@@ -117,3 +120,60 @@ async def heal_chunks(pool: AsyncConnectionPool) -> None:
     async with pool.connection() as conn:
         await conn.execute("DROP TRIGGER IF EXISTS test_break_chunks ON pgenough.runs")
         await conn.execute("DROP FUNCTION IF EXISTS test_break_chunks()")
+
+
+async def loose_ends(db: AsyncConnectionPool) -> tuple[int, int]:
+    """(runs still RUNNING, staging tables of runs not STAGED): a fetch that ended leaves
+    neither (a STAGED run keeps its staging until it is processed)."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT (SELECT count(*) FROM pgenough.runs WHERE status = 'RUNNING'),"
+            " (SELECT count(*) FROM pg_tables t WHERE schemaname = 'pgenough'"
+            "  AND tablename LIKE 'staging\\_%' AND NOT EXISTS (SELECT 1 FROM pgenough.runs r"
+            "  WHERE t.tablename = 'staging_' || r.id AND r.status = 'STAGED'))"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def advisory_holders(db: AsyncConnectionPool, name: str) -> list[int]:
+    """Backends holding the advisory lock of ``name``."""
+    key = lock_key(name) & 0xFFFFFFFFFFFFFFFF
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid = %s AND objid = %s AND objsubid = 1",
+            (key >> 32, key & 0xFFFFFFFF),
+        )
+        return [int(r[0]) for r in await cur.fetchall()]
+
+
+async def phase_of(db: AsyncConnectionPool, provider_name: str) -> str | None:
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT phase FROM pgenough.runs WHERE provider = %s AND status = 'RUNNING'",
+            (provider_name,),
+        )
+        row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def until_phase(
+    db: AsyncConnectionPool, name: str, prefix: str, alive: Callable[[], None]
+) -> None:
+    """Wait until the running run of ``name`` is in a phase starting with ``prefix``;
+    ``alive`` raises if whatever fetches it has ended meanwhile."""
+
+    async def reached() -> bool:
+        alive()
+        return (await phase_of(db, name) or "").startswith(prefix)
+
+    await wait_until(reached, 30, f"the run of {name} to be {prefix!r}")
+
+
+def running(task: asyncio.Task[Any]) -> Callable[[], None]:
+    def alive() -> None:
+        assert not task.done(), task
+
+    return alive

@@ -7,7 +7,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core.db import EmbeddedServer, restart_embedded
 from pgenough.plans.fetch import FetchConfig
 from pgenough.plans.sim import SimServer
-from tests.helpers.procs import ROOT
+from tests.helpers.procs import ROOT, wait_until
 from tests.plans.model import expected_rows
 from tests.plans.pipeline import download, dump, fetch, process, run_row
 
@@ -51,14 +50,6 @@ def fast_env(worker_env: dict[str, str]) -> dict[str, str]:
 def big_sim() -> Iterator[SimServer]:
     with SimServer(plans=100_000, seed=11) as server:
         yield server
-
-
-async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_process_workers_killed_repeatedly_lose_and_duplicate_nothing(

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.plans.fetch import lock_name
 from pgenough.plans.sim import SimServer
 from pgenough.plans.simdata import render_snapshot
-from tests.helpers.procs import ROOT
+from tests.helpers.procs import ROOT, wait_until
 from tests.plans.badprovider import (
     BadProvider,
     gzipped,
@@ -33,8 +33,7 @@ from tests.plans.badprovider import (
     status,
     trickle,
 )
-from tests.plans.pipeline import fetch
-from tests.plans.test_hostile_provider import advisory_holders, loose_ends, phase_of
+from tests.plans.pipeline import advisory_holders, fetch, loose_ends, until_phase
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 PGENOUGH = str(Path(sys.executable).parent / "pgenough")
@@ -82,15 +81,14 @@ async def runs(db: AsyncConnectionPool) -> list[tuple[str, str, str | None, floa
             "SELECT provider, status::text, reason, extract(epoch FROM started_at)::float8,"
             " owner FROM pgenough.runs ORDER BY id"
         )
-        return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+        return [tuple(r) for r in await cur.fetchall()]
 
 
-async def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+def alive(proc: subprocess.Popen[str]) -> Callable[[], None]:
+    def check() -> None:
+        assert proc.poll() is None, proc.communicate()
+
+    return check
 
 
 async def test_bad_providers_never_stop_the_loop_nor_touch_a_good_one(
@@ -162,12 +160,7 @@ async def test_sigterm_ends_a_fetch_in_flight_and_exits_0(
     worker = start(env, "worker", "fetch", "--interval", "60", "--provider",
                    f"slow={bad.url('/trickle')}")  # fmt: skip
     try:
-
-        async def streaming() -> bool:
-            assert worker.poll() is None, worker.communicate()
-            return (await phase_of(db, "slow") or "").startswith("streaming the body")
-
-        await wait_until(streaming, 30, "the fetch to stream")
+        await until_phase(db, "slow", "streaming the body", alive(worker))
         assert len(await advisory_holders(db, lock_name("slow"))) == 1
     finally:
         worker.send_signal(signal.SIGTERM)
@@ -189,12 +182,7 @@ async def test_a_lost_database_connection_in_once_is_one_line_and_a_failed_run(
     bad["/trickle"] = trickle(DOCUMENT, per_second=2, first=300)
     worker = start(env, "worker", "fetch", "--once", "--provider", f"slow={bad.url('/trickle')}")
     try:
-
-        async def streaming() -> bool:
-            assert worker.poll() is None, worker.communicate()
-            return (await phase_of(db, "slow") or "").startswith("streaming the body")
-
-        await wait_until(streaming, 30, "the fetch to stream")
+        await until_phase(db, "slow", "streaming the body", alive(worker))
         async with db.connection() as conn:
             # Every connection of the worker's pool, as a network cut or a failover would.
             await conn.execute(
@@ -221,12 +209,7 @@ async def test_a_worker_killed_while_waiting_to_retry_is_reported_so(
     bad["/busy"] = status(503, retry_after="30")
     worker = start(env, "worker", "fetch", "--once", "--provider", f"bad={bad.url('/busy')}")
     try:
-
-        async def waiting() -> bool:
-            assert worker.poll() is None, worker.communicate()
-            return (await phase_of(db, "bad") or "").startswith("waiting 30 s to retry")
-
-        await wait_until(waiting, 30, "the fetch to wait for its retry")
+        await until_phase(db, "bad", "waiting 30 s to retry", alive(worker))
     finally:
         worker.kill()
         worker.wait(10)

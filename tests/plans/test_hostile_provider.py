@@ -14,7 +14,6 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import lock_key
 from pgenough.plans.fetch import (
     FetchConfig,
     RunResult,
@@ -37,7 +36,17 @@ from tests.plans.badprovider import (
     status,
     trickle,
 )
-from tests.plans.pipeline import dump_bytes, fetch, ingest, provider, run_row
+from tests.plans.pipeline import (
+    advisory_holders,
+    dump_bytes,
+    fetch,
+    ingest,
+    loose_ends,
+    provider,
+    run_row,
+    running,
+    until_phase,
+)
 
 pytestmark = pytest.mark.db
 
@@ -50,21 +59,6 @@ def bad() -> Iterator[BadProvider]:
     with BadProvider() as server:
         server["/good"] = respond(DOCUMENT, headers={"Content-Type": "application/xml"})
         yield server
-
-
-async def loose_ends(db: AsyncConnectionPool) -> tuple[int, int]:
-    """(runs still RUNNING, staging tables of runs not STAGED): a fetch that ended leaves
-    neither (a STAGED run keeps its staging until it is processed)."""
-    async with db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT (SELECT count(*) FROM pgenough.runs WHERE status = 'RUNNING'),"
-            " (SELECT count(*) FROM pg_tables t WHERE schemaname = 'pgenough'"
-            "  AND tablename LIKE 'staging\\_%' AND NOT EXISTS (SELECT 1 FROM pgenough.runs r"
-            "  WHERE t.tablename = 'staging_' || r.id AND r.status = 'STAGED'))"
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
 
 
 async def assert_failed(
@@ -81,36 +75,6 @@ async def assert_failed(
         assert len(run["attempts"]) == attempts, run["attempts"]
     assert await loose_ends(db) == (0, 0)
     return run
-
-
-async def advisory_holders(db: AsyncConnectionPool, name: str) -> list[int]:
-    """Backends holding the advisory lock of ``name``."""
-    key = lock_key(name) & 0xFFFFFFFFFFFFFFFF
-    async with db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND classid = %s AND objid = %s AND objsubid = 1",
-            (key >> 32, key & 0xFFFFFFFF),
-        )
-        return [int(r[0]) for r in await cur.fetchall()]
-
-
-async def phase_of(db: AsyncConnectionPool, provider_name: str) -> str | None:
-    async with db.connection() as conn:
-        cur = await conn.execute(
-            "SELECT phase FROM pgenough.runs WHERE provider = %s AND status = 'RUNNING'",
-            (provider_name,),
-        )
-        row = await cur.fetchone()
-    return None if row is None else row[0]
-
-
-async def until_phase(db: AsyncConnectionPool, name: str, prefix: str, task: Any) -> None:
-    deadline = time.monotonic() + 20
-    while not ((await phase_of(db, name)) or "").startswith(prefix):
-        assert not task.done(), task
-        assert time.monotonic() < deadline, f"run of {name} never reached {prefix!r}"
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture
@@ -289,7 +253,7 @@ async def test_a_retry_after_longer_than_the_stale_limit_keeps_the_run_alive(
     bad["/busy"] = in_turn(status(503, retry_after="2"), respond(DOCUMENT))
     config = FetchConfig(chunk_pages=16, heartbeat=0.2, stale_after=1.0)
     task = asyncio.create_task(fetch(db, bad.url("/busy"), "bad", config=config))
-    await until_phase(db, "bad", "waiting 2 s to retry after HTTP 503", task)
+    await until_phase(db, "bad", "waiting 2 s to retry after HTTP 503", running(task))
     for _ in range(8):
         async with db.connection() as conn:
             assert await fail_stale_runs(conn, stale_after=1.0) == []
@@ -339,7 +303,7 @@ async def test_a_stop_ends_the_fetch_at_once_saying_what_it_was_doing(
     bad[route] = behaviour
     stop = asyncio.Event()
     task = await start_fetch(db, bad.url(route), stop)
-    await until_phase(db, "bad", phase, task)
+    await until_phase(db, "bad", phase, running(task))
     assert len(await advisory_holders(db, lock_name("bad"))) == 1
     stop.set()
     began = time.monotonic()
@@ -355,7 +319,7 @@ async def test_a_lost_database_connection_fails_the_run_on_another(
 ) -> None:
     bad["/trickle"] = trickle(DOCUMENT, per_second=2, first=500)
     task = await start_fetch(db, bad.url("/trickle"), asyncio.Event())
-    await until_phase(db, "bad", "streaming the body", task)
+    await until_phase(db, "bad", "streaming the body", running(task))
     (holder,) = await advisory_holders(db, lock_name("bad"))
     async with db.connection() as conn:
         await conn.execute("SELECT pg_terminate_backend(%s)", (holder,))
