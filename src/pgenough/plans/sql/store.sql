@@ -11,12 +11,16 @@ CREATE TABLE {staging} (
     sell_mode             text NOT NULL,
     organizer_company_id  text,
     starts_at             timestamptz NOT NULL,
-    ends_at               timestamptz NOT NULL,
+    -- NULL: no end, no priced zone, sold_out not given (feed.PlanRecord; plans allows it too).
+    ends_at               timestamptz,
     sell_from             timestamptz,
     sell_to               timestamptz,
-    sold_out              boolean NOT NULL,
-    min_price             numeric NOT NULL,
-    max_price             numeric NOT NULL
+    sold_out              boolean,
+    min_price             numeric,
+    max_price             numeric,
+    -- Set only on a row merge_duplicates made of a plan's several listings: whether any of
+    -- them was online. NULL: the row is the plan's only listing (its sell_mode says).
+    listed_online         boolean
 ) WITH (autovacuum_enabled = false)
 
 -- name: truncate_staging
