@@ -289,6 +289,7 @@ async def _seal(
     progress: Progress,
     parser: FeedParser,
 ) -> RunResult:
+    duplicates = await store.merge_duplicates(conn, run_id)
     await store.analyze_staging(conn, run_id)
     chunks = await store.chunk_ranges(conn, run_id, config.chunk_pages)
     async with conn.transaction():
@@ -300,6 +301,7 @@ async def _seal(
                 "variant": parser.variant,
                 "staged": progress.staged,
                 "skipped": parser.skipped,
+                "duplicates": duplicates,
                 "samples": _samples(parser),
                 "chunks": len(chunks),
             },
@@ -312,14 +314,15 @@ async def _seal(
             await store.drop_staging(conn, run_id)
             status = "PROCESSED"
         await run_changed(conn, run_id, provider, status)
-    metrics.record_sealed(provider, status, progress.staged, parser.skipped)
+    metrics.record_sealed(provider, status, progress.staged, parser.skipped, duplicates)
     log.info(
-        "run %d (%s) %s: %d plans staged, %d skipped, %d chunk(s), %.1f MB",
+        "run %d (%s) %s: %d plans staged, %d skipped, %d duplicate(s), %d chunk(s), %.1f MB",
         run_id,
         provider,
         status,
         progress.staged,
         parser.skipped,
+        duplicates,
         len(chunks),
         progress.bytes / 1e6,
     )
