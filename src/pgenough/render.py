@@ -292,7 +292,8 @@ def run_detail(run: RunDetail, now: datetime) -> RenderableType:
         (
             "plans",
             f"{run.plans_staged:,} staged, {run.plans_skipped:,} skipped,"
-            f" {run.plans_written:,} written, {run.rows_failed:,} rows failed",
+            f" {run.plans_duplicate:,} duplicate, {run.plans_written:,} written,"
+            f" {run.rows_failed:,} rows failed",
         ),
         ("chunks", f"{run.chunks_done}/{count(run.chunks_total)} done"),
     ):

@@ -54,10 +54,12 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.Asyn
 class Plan:
     plan_id: str
     starts_at: str
-    ends_at: str
+    ends_at: str | None
+    """None: a plan without an end."""
     title: str = "A plan"
-    min_price: str = "10.00"
-    max_price: str = "20.00"
+    min_price: str | None = "10.00"
+    """None (with max_price): a plan without priced zones."""
+    max_price: str | None = "20.00"
     ever_online: bool = True
     base_plan_id: str = "b1"
 
@@ -88,8 +90,8 @@ async def add_plans(pool: AsyncConnectionPool, *plans: Plan, notify: bool = Fals
                         "title": p.title,
                         "starts": p.starts_at,
                         "ends": p.ends_at,
-                        "min": Decimal(p.min_price),
-                        "max": Decimal(p.max_price),
+                        "min": None if p.min_price is None else Decimal(p.min_price),
+                        "max": None if p.max_price is None else Decimal(p.max_price),
                         "online": p.ever_online,
                     }
                     for p in plans

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import uuid
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -16,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import routes
 from pgenough.api.models import ErrorResponse, SearchResponse
+from pgenough.api.search import Q, SearchQuery
 from tests.api.helpers import Plan, add_plans, events
 
 pytestmark = pytest.mark.db
@@ -137,6 +139,60 @@ async def test_boundary_instants(db: AsyncConnectionPool, client: httpx.AsyncCli
     params = {"starts_at": "2030-06-01T10:00:00Z", "ends_at": "2030-06-01T18:00:00Z"}
     found = events(await client.get("/search", params=params))
     assert [e["id"] for e in found] == [Plan("at-start", "", "").id, Plan("at-end", "", "").id]
+
+
+async def test_an_event_without_an_end_matches_only_without_ends_at(
+    db: AsyncConnectionPool, client: httpx.AsyncClient
+) -> None:
+    """The Fever spec makes the end and the prices nullable: served as null, and an open-ended
+    event is in every search that gives no ends_at, in none that does."""
+    open_ended = Plan("open", "2030-06-01 10:00:00+00", None, min_price=None, max_price=None)
+    ended = Plan("ended", "2030-06-01 11:00:00+00", "2030-06-01 12:00:00+00")
+    await add_plans(db, open_ended, ended)
+
+    body = (await client.get("/search")).json()
+    SearchResponse.model_validate(body)  # nulls are what the OpenAPI document says
+    first, second = body["data"]["events"]
+    assert first == {
+        "id": open_ended.id,
+        "title": "A plan",
+        "start_date": "2030-06-01",
+        "start_time": "10:00:00",
+        "end_date": None,
+        "end_time": None,
+        "min_price": None,
+        "max_price": None,
+    }
+    assert (second["id"], second["end_time"], second["min_price"]) == (ended.id, "12:00:00", 10)
+    for params, expected in [
+        ({"starts_at": "2030-06-01T10:00:00Z"}, [open_ended.id, ended.id]),
+        ({"starts_at": "2030-06-01T10:00:01Z"}, [ended.id]),
+        ({"ends_at": "2030-06-01T12:00:00Z"}, [ended.id]),
+        ({"ends_at": "9999-12-31T23:59:59Z"}, [ended.id]),
+        ({"starts_at": "2030-01-01", "ends_at": "2031-01-01"}, [ended.id]),
+        ({"starts_at": "", "ends_at": ""}, [open_ended.id, ended.id]),  # empty is absent
+    ]:
+        found = events(await client.get("/search", params=params))
+        assert [e["id"] for e in found] == expected, params
+
+
+async def test_the_search_is_an_index_range_scan_bounded_by_both_ends(
+    db: AsyncConnectionPool,
+) -> None:
+    """Plans without an end cannot match an ends_at, so ends_at still bounds the start and
+    the scan of plans_search_idx stops there instead of reading to the end of the index."""
+    query = SearchQuery(
+        starts_at=datetime(2030, 1, 1, tzinfo=UTC), ends_at=datetime(2030, 2, 1, tzinfo=UTC)
+    )
+    async with db.connection() as conn, conn.transaction():
+        # An empty table: make the planner show the plan it would use on a big one.
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        await conn.execute("SET LOCAL enable_bitmapscan = off")
+        cur = await conn.execute(b"EXPLAIN " + Q["search"].encode(), query.sql_params())
+        plan = "\n".join(str(row[0]) for row in await cur.fetchall())
+    assert "Index Scan using plans_search_idx" in plan, plan
+    (cond,) = re.findall(r"Index Cond: (.*)", plan)
+    assert "starts_at >=" in cond and "starts_at <=" in cond, plan
 
 
 async def test_order_is_start_then_id(db: AsyncConnectionPool, client: httpx.AsyncClient) -> None:
@@ -305,6 +361,15 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
     assert set(search["responses"]) == {"200", "400", "500", "503"}
     event = spec["components"]["schemas"]["Event"]
     assert set(event["required"]) == EVENT_KEYS
-    assert event["properties"]["min_price"]["type"] == "number"
+    assert set(event["required"]) == EVENT_KEYS  # always there, null where the spec allows
+    props = event["properties"]
+    for name, kind in [
+        ("min_price", "number"),
+        ("max_price", "number"),
+        ("end_date", "string"),
+        ("end_time", "string"),
+    ]:
+        assert [t["type"] for t in props[name]["anyOf"]] == [kind, "null"], name
+    assert props["start_date"]["type"] == "string" and "anyOf" not in props["start_date"]
     docs = await client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()

@@ -12,8 +12,10 @@ variant rendered::
 
 Every other key becomes an attribute as well, in dict order. Values are written as given
 (``str()`` of non-strings, ``true``/``false`` for booleans), so invalid values can be built on
-purpose; ``None`` leaves the attribute out. This module never parses: tests compute what they
-expect from the dicts themselves.
+purpose; ``None`` leaves the attribute out (a plan without ``plan_end_date`` or ``sold_out``,
+a zone without ``capacity`` or ``price``), and a missing or empty ``zones`` list renders a
+plan without zones. This module never parses: tests compute what they expect from the dicts
+themselves. ``deep_document`` streams a document nested as deep as asked (a depth bomb).
 """
 
 from __future__ import annotations
@@ -75,6 +77,23 @@ def _chunks(snapshot: Snapshot, *, variant: str, charrefs: bool, pretty: bool) -
         parts.append(f"{i2}</{base_tag}>{nl}")
         yield "".join(parts).encode()
     yield f"{i1}</output>{nl}</{root}>{nl}".encode()
+
+
+def deep_document(
+    depth: int, snapshot: Snapshot = (), *, piece: int = 64 * 1024
+) -> Iterator[bytes]:
+    """A planList holding ``snapshot`` and then an unknown element ``<x>`` nested ``depth``
+    levels deep inside ``output``, streamed in chunks of about ``piece`` bytes and never held
+    whole: 7 bytes a level, so 10 million levels are a 70 MB document."""
+    *head, tail = _chunks(snapshot, variant="planList", charrefs=False, pretty=False)
+    yield from head
+    for tag in (b"<x>", b"</x>"):
+        per_piece = max(1, piece // len(tag))
+        block = tag * per_piece
+        for _ in range(depth // per_piece):
+            yield block
+        yield tag * (depth % per_piece)
+    yield tail
 
 
 def _text(value: Any) -> str:

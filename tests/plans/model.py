@@ -1,7 +1,9 @@
 """An independent model of DESIGN §4, to compare the database against.
 
 It replays snapshots in the order they were processed, each with the time its fetch started,
-and says what ``pgenough.plans`` must then contain.
+and says what ``pgenough.plans`` must then contain: per plan, the content of its last listing
+in the newest snapshot that lists it; ever-online if any listing in any snapshot was online.
+Ends, prices and sold_out are whatever the record says, None included.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ DUMP = (
 
 @dataclass
 class _State:
-    seen_at: datetime
+    listed: tuple[datetime, int]
+    """The snapshot's time and the position of the listing that gave the content."""
     record: PlanRecord
     ever_online: bool
 
@@ -34,17 +37,18 @@ class _State:
 def expected_rows(
     provider: str, processed: Iterable[tuple[datetime, Iterable[PlanRecord]]]
 ) -> list[tuple[Any, ...]]:
-    """The rows of ``DUMP`` after processing ``(snapshot time, records)`` in this order."""
+    """The rows of ``DUMP`` after processing ``(snapshot time, records)`` in this order;
+    ``records`` are a snapshot's records in document order (all of them, as staged)."""
     state: dict[tuple[str, str], _State] = {}
     for at, records in processed:
-        for r in records:
+        for position, r in enumerate(records):
             key = (r.base_plan_id, r.plan_id)
             online = r.sell_mode == "online"
             current = state.get(key)
             if current is None:
-                state[key] = _State(at, r, online)
-            elif at > current.seen_at:
-                state[key] = _State(at, r, current.ever_online or online)
+                state[key] = _State((at, position), r, online)
+            elif (at, position) > current.listed:  # a newer snapshot, or a later listing
+                state[key] = _State((at, position), r, current.ever_online or online)
             else:
                 current.ever_online = current.ever_online or online
     rows = []

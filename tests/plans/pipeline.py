@@ -76,7 +76,7 @@ async def run_row(pool: AsyncConnectionPool, run_id: int) -> dict[str, Any]:
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT status::text, reason, attempts, plans_staged, plans_skipped, skip_samples,"
-            " chunks_total, chunks_done, started_at, staged_at, processed_at,"
+            " plans_duplicate, chunks_total, chunks_done, started_at, staged_at, processed_at,"
             " to_regclass('pgenough.staging_' || id) IS NOT NULL AS has_staging"
             " FROM pgenough.runs WHERE id = %s",
             (run_id,),
@@ -85,6 +85,29 @@ async def run_row(pool: AsyncConnectionPool, run_id: int) -> dict[str, Any]:
         row = await cur.fetchone()
     assert row is not None
     return dict(zip(names, row, strict=True))
+
+
+async def assert_finished(
+    pool: AsyncConnectionPool, run_id: int, status: str, reason: str | None = None
+) -> dict[str, Any]:
+    """The run ended as ``status`` (with ``reason`` in its reason, or none), and nothing of
+    any run is left behind: no RUNNING run, no staging table, no queued chunk."""
+    run = await run_row(pool, run_id)
+    assert run["status"] == status, run
+    if reason is None:
+        assert run["reason"] is None, run["reason"]
+    else:
+        assert reason in str(run["reason"]), run["reason"]
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT id FROM pgenough.runs WHERE status = 'RUNNING'")
+        assert await cur.fetchall() == []
+        cur = await conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"
+            " AND tablename LIKE 'staging\\_%'"
+        )
+        assert await cur.fetchall() == []
+    assert await queued_chunks(pool) == 0
+    return run
 
 
 async def queued_chunks(pool: AsyncConnectionPool) -> int:

@@ -24,14 +24,19 @@ from lxml import etree
 from pgenough.core import PgenoughError
 from pgenough.plans.errors import FeedError, PlanServiceError
 from pgenough.plans.feed import (
+    MAX_ATTRIBUTES,
+    MAX_DEPTH,
+    MAX_ID_LENGTH,
+    MAX_MARKUP_EQUALS,
     MAX_SKIP_SAMPLES,
+    MAX_TITLE_LENGTH,
     FeedParser,
     PlanRecord,
     Skip,
     _parse_datetime,
     parse_bytes,
 )
-from tests.plans.feedgen import Snapshot, render, synthetic
+from tests.plans.feedgen import Snapshot, deep_document, render, synthetic
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fever" / "response_1.xml"
 VARIANTS = ("planList", "eventList")
@@ -45,27 +50,48 @@ def utc(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
 
 
+def utc_or_none(text: str | None) -> datetime | None:
+    """An optional feed date-time we do not serve: missing, empty or invalid is None."""
+    try:
+        return utc(text) if text else None
+    except ValueError:
+        return None
+
+
+SOLD_OUT = {"true": True, "false": False, "1": True, "0": False}
+
+
 def expected_records(snapshot: Snapshot) -> list[PlanRecord]:
-    """What a valid snapshot must parse to, computed from the dicts alone."""
-    return [
-        PlanRecord(
-            base_plan_id=base["base_plan_id"],
-            plan_id=plan["plan_id"],
-            title=base["title"],
-            sell_mode=base["sell_mode"],
-            organizer_company_id=base.get("organizer_company_id") or None,
-            starts_at=utc(plan["plan_start_date"]),
-            ends_at=utc(plan["plan_end_date"]),
-            sell_from=utc(plan["sell_from"]) if plan.get("sell_from") else None,
-            sell_to=utc(plan["sell_to"]) if plan.get("sell_to") else None,
-            sold_out=plan["sold_out"] == "true",
-            min_price=min(Decimal(zone["price"]) for zone in plan["zones"]),
-            max_price=max(Decimal(zone["price"]) for zone in plan["zones"]),
-            zones=len(plan["zones"]),
-        )
-        for base in snapshot
-        for plan in base["plans"]
-    ]
+    """What a snapshot without bad records must parse to, computed from the dicts alone:
+    whatever is optional (end, prices, sold_out, sell dates, organizer) follows the rules of
+    the feed module's docstring."""
+    records = []
+    for base in snapshot:
+        organizer = base.get("organizer_company_id")
+        for plan in base["plans"]:
+            prices = [Decimal(z["price"]) for z in plan["zones"] if z.get("price") is not None]
+            records.append(
+                PlanRecord(
+                    base_plan_id=base["base_plan_id"],
+                    plan_id=plan["plan_id"],
+                    title=base["title"],
+                    sell_mode=base["sell_mode"].lower(),
+                    organizer_company_id=(
+                        organizer
+                        if organizer and re.fullmatch(r"[\x21-\x7e]{1,64}", organizer)
+                        else None
+                    ),
+                    starts_at=utc(plan["plan_start_date"]),
+                    ends_at=utc(plan["plan_end_date"]) if plan.get("plan_end_date") else None,
+                    sell_from=utc_or_none(plan.get("sell_from")),
+                    sell_to=utc_or_none(plan.get("sell_to")),
+                    sold_out=SOLD_OUT.get(plan.get("sold_out", "")),
+                    min_price=min(prices) if prices else None,
+                    max_price=max(prices) if prices else None,
+                    zones=len(plan["zones"]),
+                )
+            )
+    return records
 
 
 def feed_at(data: bytes, cuts: Sequence[int]) -> tuple[list[PlanRecord], FeedParser]:
@@ -83,7 +109,7 @@ def feed_in(data: bytes, size: int) -> tuple[list[PlanRecord], FeedParser]:
     return feed_at(data, range(size, len(data), size))
 
 
-def zone(price: str = "20.00", capacity: str = "10", **extra: Any) -> dict[str, Any]:
+def zone(price: str = "20.00", capacity: str | None = "10", **extra: Any) -> dict[str, Any]:
     return {"zone_id": "1", "capacity": capacity, "price": price, "name": "Platea", **extra}
 
 
@@ -284,11 +310,13 @@ prices = st.one_of(
     st.decimals(min_value=0, max_value=100_000, places=2).map(lambda d: f"{d:.2f}"),
     st.integers(0, 10**6).map(str),
 )
+# What we do not serve may be missing or anything at all: never a reason to skip.
+unread = st.none() | st.sampled_from(["", "n/a", "-1", "1.5", "\u0663"])
 zones = st.fixed_dictionaries(
     {
         "zone_id": st.sampled_from(["186", "311", "40"]),  # repeats inside a plan
-        "capacity": st.sampled_from(["0", "2"]) | st.integers(0, 10_000).map(str),
-        "price": prices,
+        "capacity": st.sampled_from(["0", "2"]) | st.integers(0, 10_000).map(str) | unread,
+        "price": prices | st.none(),  # a zone without a price is left out of the prices
         "name": texts,
         "numbered": st.sampled_from(["true", "false"]),
     }
@@ -301,19 +329,22 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
     end = utc(start) + timedelta(seconds=draw(st.integers(0, 30 * 86_400)))
     return {
         "plan_start_date": start,
-        "plan_end_date": end.strftime("%Y-%m-%dT%H:%M:%S"),
+        # a plan without an end is kept, with ends_at None
+        "plan_end_date": draw(
+            st.just(end.strftime("%Y-%m-%dT%H:%M:%S")) | st.sampled_from(["", None])
+        ),
         "plan_id": draw(plan_ids),
-        "sell_from": draw(st.none() | st.just("") | moments),
-        "sell_to": draw(st.none() | moments),
-        "sold_out": draw(st.sampled_from(["true", "false"])),
-        "zones": draw(st.lists(zones, min_size=1, max_size=4)),
+        "sell_from": draw(st.none() | st.just("") | moments | st.just("yesterday")),
+        "sell_to": draw(st.none() | moments | st.just("2021-13-01T00:00:00")),
+        "sold_out": draw(st.sampled_from(["true", "false", "1", "0"]) | unread),
+        "zones": draw(st.lists(zones, max_size=4)),  # a plan without zones has no prices
     }
 
 
 base_plans = st.fixed_dictionaries(
     {
         "base_plan_id": ids,
-        "sell_mode": st.sampled_from(["online", "offline"]),
+        "sell_mode": st.sampled_from(["online", "offline", "ONLINE", "Offline"]),
         "title": texts,
         "plans": st.lists(plans(), min_size=1, max_size=3),
     },
@@ -321,6 +352,7 @@ base_plans = st.fixed_dictionaries(
         "organizer_company_id": st.none()
         | st.just("")
         | st.from_regex(r"[0-9]{1,3}", fullmatch=True)
+        | st.sampled_from(["a b", "x" * (MAX_ID_LENGTH + 1), "ñ"])  # not ids: None
     },
 )
 snapshots = st.lists(base_plans, max_size=5)
@@ -367,6 +399,15 @@ def test_titles_with_entities_come_back_decoded() -> None:
 # -- 5. validation: skip the plan, count it, go on -------------------------------------------
 
 START = "2021-06-30T21:00:00"
+MANY_ATTRIBUTES = {f"extra{n}": "x" for n in range(MAX_ATTRIBUTES)}  # plus the element's own
+
+
+def put(element: dict[str, Any], key: str, value: Any) -> None:
+    """Set one attribute of a feedgen element, or several when ``value`` is a dict."""
+    if isinstance(value, dict):
+        element.update(value)
+    else:
+        element[key] = value
 
 
 @pytest.mark.parametrize(
@@ -384,6 +425,7 @@ START = "2021-06-30T21:00:00"
             "2021-02-29T20:00:00",
             "invalid plan_end_date '2021-02-29T20:00:00'",
         ),
+        ("plan", "plan_end_date", "tomorrow", "invalid plan_end_date 'tomorrow'"),
         ("plan", "plan_start_date", "2021-06-30", "invalid plan_start_date '2021-06-30'"),
         (
             "plan",
@@ -404,16 +446,20 @@ START = "2021-06-30T21:00:00"
             "invalid plan_start_date '0001-01-01T00:00:00+01:00'",
         ),
         ("plan", "plan_start_date", None, "missing plan_start_date"),
+        ("plan", "plan_start_date", "", "invalid plan_start_date ''"),
+        (
+            "plan",
+            "plan_start_date",
+            "2" * 9_000_000,
+            "invalid plan_start_date '" + "2" * 40 + "...'",
+        ),
         ("plan", "plan_end_date", "2021-06-30T20:59:59", "plan_end_date before plan_start_date"),
         ("plan", "plan_id", None, "missing plan_id"),
         ("plan", "plan_id", "", "invalid plan_id ''"),
         ("plan", "plan_id", "16 42", "invalid plan_id '16 42'"),
         ("plan", "plan_id", "x" * 65, "invalid plan_id '" + "x" * 40 + "...'"),
-        ("plan", "sell_from", "yesterday", "invalid sell_from 'yesterday'"),
-        ("plan", "sell_to", "2021-13-01T00:00:00", "invalid sell_to '2021-13-01T00:00:00'"),
-        ("plan", "sold_out", "maybe", "invalid sold_out 'maybe'"),
-        ("plan", "sold_out", None, "missing sold_out"),
-        ("plan", "zones", [], "no zones"),
+        ("plan", "plan_id", "é", "invalid plan_id 'é'"),
+        ("plan", "", MANY_ATTRIBUTES, f"plan with more than {MAX_ATTRIBUTES} attributes"),
         ("zone", "price", "abc", "invalid price 'abc'"),
         ("zone", "price", "-1.00", "negative price '-1.00'"),
         ("zone", "price", "NaN", "invalid price 'NaN'"),
@@ -421,21 +467,18 @@ START = "2021-06-30T21:00:00"
         ("zone", "price", "1e3", "invalid price '1e3'"),
         ("zone", "price", " 12.00", "invalid price ' 12.00'"),
         ("zone", "price", "", "invalid price ''"),
-        ("zone", "price", None, "zone without price"),
-        ("zone", "capacity", "-1", "negative capacity '-1'"),
-        ("zone", "capacity", "1.5", "invalid capacity '1.5'"),
-        ("zone", "capacity", "\u0663", "invalid capacity '\u0663'"),  # an Arabic-Indic 3
-        ("zone", "capacity", None, "zone without capacity"),
+        ("zone", "price", "1" * 9_000_000, "invalid price '" + "1" * 40 + "...'"),
+        ("zone", "", MANY_ATTRIBUTES, f"zone with more than {MAX_ATTRIBUTES} attributes"),
     ],
 )
 def test_an_invalid_plan_is_skipped_and_its_neighbours_kept(
     where: str, key: str, value: Any, reason: str
 ) -> None:
     bad = plan("2")
-    if where == "plan":
-        bad[key] = value
-    else:
-        bad["zones"] = [zone("1.00"), zone(**{key: value})]
+    target = bad if where == "plan" else zone()
+    put(target, key, value)
+    if where == "zone":
+        bad["zones"] = [zone("1.00"), target]
     snapshot = [base("10", [plan("1"), bad, plan("3")]), base("20", [plan("4")])]
 
     records, parser = parse_bytes(render(snapshot))
@@ -449,19 +492,109 @@ def test_an_invalid_plan_is_skipped_and_its_neighbours_kept(
 
 
 @pytest.mark.parametrize(
+    ("where", "key", "value", "expected"),
+    [
+        # What the service serves but the spec makes nullable: kept with None.
+        ("plan", "plan_end_date", None, {"ends_at": None}),
+        ("plan", "plan_end_date", "", {"ends_at": None}),
+        ("plan", "zones", [], {"min_price": None, "max_price": None, "zones": 0}),
+        ("plan", "zones", [{"zone_id": "1"}], {"min_price": None, "max_price": None, "zones": 1}),
+        # What it does not serve: never a reason to skip.
+        ("plan", "sold_out", None, {"sold_out": None}),
+        ("plan", "sold_out", "maybe", {"sold_out": None}),
+        ("plan", "sold_out", "1", {"sold_out": True}),
+        ("plan", "sell_from", "yesterday", {"sell_from": None}),
+        ("plan", "sell_to", "2021-13-01T00:00:00", {"sell_to": None}),
+        ("plan", "sell_to", "9" * 9_000_000, {"sell_to": None}),
+        ("zone", "capacity", None, {}),
+        ("zone", "capacity", "-1", {}),
+        ("zone", "capacity", "1.5", {}),
+        ("zone", "capacity", "\u0663", {}),  # an Arabic-Indic 3
+        ("zone", "capacity", "n/a", {}),
+        # A zone without a price is left out of the prices, not the plan.
+        ("zone", "price", None, {"min_price": Decimal("1.00"), "max_price": Decimal("1.00")}),
+        ("base", "sell_mode", "ONLINE", {"sell_mode": "online"}),
+        ("base", "sell_mode", "Offline", {"sell_mode": "offline"}),
+        ("base", "sell_mode", "oNlInE", {"sell_mode": "online"}),
+        ("base", "organizer_company_id", "7", {"organizer_company_id": "7"}),
+        ("base", "organizer_company_id", "a b", {"organizer_company_id": None}),
+        ("base", "organizer_company_id", "x" * 65, {"organizer_company_id": None}),
+        ("base", "title", "t" * MAX_TITLE_LENGTH, {"title": "t" * MAX_TITLE_LENGTH}),
+        ("base", "title", "🎭" * MAX_TITLE_LENGTH, {"title": "🎭" * MAX_TITLE_LENGTH}),
+        ("plan", "", dict(list(MANY_ATTRIBUTES.items())[:-7]), {}),  # exactly the maximum
+    ],
+)
+def test_what_the_spec_allows_is_kept(
+    where: str, key: str, value: Any, expected: dict[str, Any]
+) -> None:
+    """Each of these once skipped the plan; now they are read as documented."""
+    kept = plan("2")
+    bp = base("10", [plan("1"), kept, plan("3")])
+    target = {"plan": kept, "base": bp, "zone": zone()}[where]
+    put(target, key, value)
+    if where == "zone":
+        kept["zones"] = [zone("1.00"), target]
+    snapshot = [bp, base("20", [plan("4")])]
+
+    records, parser = parse_bytes(render(snapshot))
+
+    assert (parser.skipped, parser.skip_samples, parser.plans_seen) == (0, [], 4)
+    assert [(r.base_plan_id, r.plan_id) for r in records] == [
+        ("10", "1"),
+        ("10", "2"),
+        ("10", "3"),
+        ("20", "4"),
+    ]
+    record = records[1]
+    assert record == expected_records(snapshot)[1]  # the generic rule agrees
+    for name, want in expected.items():
+        assert getattr(record, name) == want, name
+
+
+def test_the_issue_9_plans_all_parse_to_nulls_not_skips() -> None:
+    """Without an end, without zones, without sold_out, a zone without capacity, ONLINE."""
+    no_end = plan("1", plan_end_date=None)
+    no_zones = plan("2", zones=[])
+    no_sold_out = plan("3", sold_out=None)
+    no_capacity = plan("4", zones=[zone("5.00", capacity=None), zone("7.50")])
+    snapshot = [base("10", [no_end, no_zones, no_sold_out, no_capacity], sell_mode="ONLINE")]
+
+    records, parser = parse_bytes(render(snapshot))
+
+    assert parser.skipped == 0
+    assert [(r.plan_id, r.sell_mode) for r in records] == [(str(n), "online") for n in (1, 2, 3, 4)]
+    first, second, third, fourth = records
+    assert (first.ends_at, first.min_price) == (None, Decimal("20.00"))
+    assert (second.min_price, second.max_price, second.zones) == (None, None, 0)
+    assert second.ends_at == utc("2021-06-30T22:00:00")
+    assert (third.sold_out, fourth.sold_out) == (None, False)
+    assert (fourth.min_price, fourth.max_price) == (Decimal("5.00"), Decimal("7.50"))
+
+
+@pytest.mark.parametrize(
     ("key", "value", "reason"),
     [
         ("sell_mode", "sometimes", "invalid sell_mode 'sometimes'"),
-        ("sell_mode", "ONLINE", "invalid sell_mode 'ONLINE'"),
+        ("sell_mode", "onlinee", "invalid sell_mode 'onlinee'"),
+        ("sell_mode", "", "invalid sell_mode ''"),
+        ("sell_mode", "o" * 9_000_000, "invalid sell_mode '" + "o" * 40 + "...'"),
         ("sell_mode", None, "missing sell_mode"),
         ("title", None, "missing title"),
+        (
+            "title",
+            "t" * (MAX_TITLE_LENGTH + 1),
+            f"title longer than {MAX_TITLE_LENGTH} characters",
+        ),
+        ("title", "x" * 9_000_000, "title longer than 1024 characters"),
         ("base_plan_id", None, "missing base_plan_id"),
         ("base_plan_id", " 20", "invalid base_plan_id ' 20'"),
+        ("base_plan_id", "b" * (MAX_ID_LENGTH + 1), "invalid base_plan_id '" + "b" * 40 + "...'"),
+        ("", MANY_ATTRIBUTES, f"base_plan with more than {MAX_ATTRIBUTES} attributes"),
     ],
 )
 def test_an_invalid_base_plan_skips_all_its_plans(key: str, value: Any, reason: str) -> None:
     bad = base("20", [plan("2"), plan("3")])
-    bad[key] = value
+    put(bad, key, value)
     snapshot = [base("10", [plan("1")]), bad, base("30", [plan("4")])]
 
     records, parser = parse_bytes(render(snapshot))
@@ -469,14 +602,23 @@ def test_an_invalid_base_plan_skips_all_its_plans(key: str, value: Any, reason: 
     assert [r.plan_id for r in records] == ["1", "4"]
     assert (parser.skipped, parser.plans_seen) == (2, 4)
     base_id = value if key == "base_plan_id" else "20"
+    if base_id is not None and len(base_id) > 64:
+        base_id = base_id[:64] + "..."
     assert parser.skip_samples == [Skip(reason, base_id, "2"), Skip(reason, base_id, "3")]
+    assert all(len(s.reason) < 80 for s in parser.skip_samples)  # clipped, whatever the value
 
 
 def test_event_list_reasons_name_its_own_attributes() -> None:
-    snapshot = [base("1", [plan("1", plan_start_date="2021-09-31T20:00:00"), plan("2")])]
+    snapshot = [
+        base("1", [plan("1", plan_start_date="2021-09-31T20:00:00"), plan("2")]),
+        base("2", [plan("3")], **MANY_ATTRIBUTES),
+    ]
     records, parser = parse_bytes(render(snapshot, variant="eventList"))
     assert [r.plan_id for r in records] == ["2"]
-    assert parser.skip_samples == [Skip("invalid event_start_date '2021-09-31T20:00:00'", "1", "1")]
+    assert parser.skip_samples == [
+        Skip("invalid event_start_date '2021-09-31T20:00:00'", "1", "1"),
+        Skip(f"base_event with more than {MAX_ATTRIBUTES} attributes", "2", "3"),
+    ]
 
 
 def test_lenient_values_are_read_as_documented() -> None:
@@ -535,7 +677,7 @@ def test_unknown_elements_are_ignored_with_their_subtrees() -> None:
 
 
 def test_skips_are_all_counted_and_the_first_twenty_kept() -> None:
-    bad = [plan(str(n), sold_out="nope") for n in range(25)]
+    bad = [plan(str(n), plan_start_date="2021-02-30T20:00:00") for n in range(25)]
     records, parser = parse_bytes(render([base("1", [*bad, plan("ok")])]))
     assert [r.plan_id for r in records] == ["ok"]
     assert (parser.skipped, parser.plans_seen) == (25, 26)
@@ -544,11 +686,26 @@ def test_skips_are_all_counted_and_the_first_twenty_kept() -> None:
 
 
 def test_skip_samples_clip_hostile_ids() -> None:
-    records, parser = parse_bytes(render([base("1", [plan("y" * 100_000, sold_out="nope")])]))
+    records, parser = parse_bytes(render([base("1", [plan("y" * 100_000)])]))
     assert records == []
     (sample,) = parser.skip_samples
     assert sample.plan_id == "y" * 64 + "..."
     assert len(sample.reason) < 80
+
+
+def test_a_plan_listed_twice_is_handed_over_twice_in_document_order() -> None:
+    """The store decides which listing wins (the last); the parser drops neither."""
+    snapshot = [
+        base("1", [plan("1", title="ignored"), plan("2")], title="first"),
+        base("1", [plan("1", zones=[zone("9.00")])], title="second"),
+    ]
+    records, parser = parse_bytes(render(snapshot))
+    assert [(r.plan_id, r.title, r.min_price) for r in records] == [
+        ("1", "first", Decimal("20.00")),
+        ("2", "first", Decimal("20.00")),
+        ("1", "second", Decimal("9.00")),
+    ]
+    assert (parser.skipped, parser.plans_seen) == (0, 3)
 
 
 DATE_CHARS = "0123456789-T:+Z. \u0663\uff11"
@@ -892,6 +1049,135 @@ def test_every_proper_prefix_of_the_fixture_is_incomplete() -> None:
     for cut in range(len(doc)):
         with pytest.raises(FeedError):
             parse_bytes(doc[:cut])
+
+
+# -- 9. bounds: depth and attributes ------------------------------------------------------------
+
+
+def nested(depth: int, inner: str = "") -> bytes:
+    """A planList whose elements reach ``depth`` (the root is 1): the fixture's plans, then
+    unknown elements inside ``output`` (``inner`` at the bottom)."""
+    levels = depth - 2  # planList, output
+    doc = FIXTURE.read_bytes()
+    nest = "<x>" * levels + inner + "</x>" * levels
+    return doc.replace(b"</output>", nest.encode() + b"</output>")
+
+
+@pytest.mark.parametrize("size", [1, 64 * 1024])
+def test_nesting_up_to_the_maximum_depth_is_read(size: int) -> None:
+    records, _ = feed_in(nested(MAX_DEPTH), size)
+    assert len(records) == 4
+
+
+@pytest.mark.parametrize("size", [1, 64 * 1024])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        nested(MAX_DEPTH + 1),
+        # counted inside ignored subtrees and below a zone alike
+        FIXTURE.read_bytes().replace(
+            b'numbered="false" />',
+            b'numbered="false">'
+            + b"<y>" * (MAX_DEPTH - 4)  # the zone is at depth 5
+            + b"</y>" * (MAX_DEPTH - 4)
+            + b"</zone>",
+            1,
+        ),
+    ],
+    ids=["unknown-element", "below-a-zone"],
+)
+def test_nesting_deeper_than_the_maximum_fails_the_document(doc: bytes, size: int) -> None:
+    with pytest.raises(FeedError, match=rf"^document nested deeper than {MAX_DEPTH} elements$"):
+        feed_in(doc, size)
+
+
+def test_a_depth_bomb_fails_within_its_first_chunk() -> None:
+    """10 million nested elements (70 MB): the parser stops at level 65, so libxml2 never
+    holds more than that: memory stays flat (tests/plans/test_bounds.py measures the RSS)."""
+    parser = FeedParser()
+    fed = 0
+    with pytest.raises(FeedError, match="nested deeper than"):
+        for chunk in deep_document(10_000_000):
+            fed += len(chunk)
+            parser.feed(chunk)
+    assert fed <= 2 * 64 * 1024
+    with pytest.raises(FeedError, match="nested deeper than"):
+        parser.close()
+
+
+def crowded(attributes: int, before: bytes = b"") -> bytes:
+    """The fixture with an unknown element of ``attributes`` attributes inside ``output``."""
+    element = b"<x" + b"".join(b' a%d=""' % n for n in range(attributes)) + b"/>"
+    return FIXTURE.read_bytes().replace(b"<output>", b"<output>" + before + element)
+
+
+def test_an_element_with_the_most_attributes_the_guard_allows_is_read() -> None:
+    records, _ = parse_bytes(crowded(MAX_MARKUP_EQUALS))
+    assert len(records) == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_an_element_with_too_many_attributes_fails_wherever_the_chunks_are_cut(
+    data: st.DataObject,
+) -> None:
+    doc = crowded(MAX_MARKUP_EQUALS + 1)
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(doc) - 1), max_size=8)))
+    with pytest.raises(FeedError, match=rf"^more than {MAX_MARKUP_EQUALS} '=' between two '<'"):
+        feed_at(doc, cuts)
+
+
+@pytest.mark.parametrize(
+    "before",
+    [b"", b"<y/>" * 3, b'<zone a="1" b="2"/>' * 2000],  # the last crowds the span: the regex path
+    ids=["first", "after-elements", "dense-span"],
+)
+def test_the_attribute_guard_finds_the_element_inside_one_big_chunk(before: bytes) -> None:
+    parser = FeedParser()
+    with pytest.raises(FeedError, match="an element with too many attributes"):
+        parser.feed(crowded(MAX_MARKUP_EQUALS + 1, before))
+
+
+def test_the_attribute_guard_lets_dense_documents_through() -> None:
+    """Many small elements with many attributes in all (more '=' per span than one element
+    may have): not an element with too many attributes."""
+    zones = [zone(f"{n}.00", **{f"k{k}": "" for k in range(50)}) for n in range(300)]
+    snapshot = [base(str(b), [plan(str(b), zones=zones)]) for b in range(5)]
+    doc = render(snapshot, pretty=False)
+    assert doc.count(b"=") > 4 * MAX_MARKUP_EQUALS
+    parser = FeedParser()
+    records = parser.feed(doc) + parser.close()  # one chunk: spans of 64 KiB, each crowded
+    assert [(r.min_price, r.max_price) for r in records] == [(Decimal(0), Decimal(299))] * 5
+
+
+def test_a_huge_attribute_value_costs_its_size_not_more() -> None:
+    """A 9 MB title (libxml2 caps a value at 10 MB without huge_tree): its plans skipped with
+    the reason, its neighbours kept, and the parser's own allocations stay near the value's
+    size (the title is read once, never copied into a record)."""
+    snapshot = [
+        base("1", [plan("1")]),
+        base("2", [plan("2"), plan("3")], title="x" * 9_000_000),
+        base("3", [plan("4")]),
+    ]
+    doc = render(snapshot)
+    tracemalloc.start()
+    try:
+        records, parser = parse_bytes(doc)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [r.plan_id for r in records] == ["1", "4"]
+    assert parser.skip_samples == [
+        Skip(f"title longer than {MAX_TITLE_LENGTH} characters", "2", "2"),
+        Skip(f"title longer than {MAX_TITLE_LENGTH} characters", "2", "3"),
+    ]
+    assert peak < 3 * 9_000_000, f"peak {peak} bytes"
+
+
+def test_an_attribute_value_over_libxml2s_limit_fails_the_document() -> None:
+    doc = render([base("1", [plan("1")], title="x" * 10_000_001)])
+    with pytest.raises(FeedError, match=r"AttValue length too long|limit"):
+        parse_bytes(doc)
 
 
 # -- memory ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from lxml import etree
 
+from pgenough.plans.feed import parse_bytes
 from pgenough.plans.sim import SimServer, parse_fault
 from pgenough.plans.simdata import (
     BYTES_PER_PLAN,
@@ -361,6 +362,21 @@ def test_malformed_records_in_a_well_formed_document(sim: SimServer, client: htt
         else:
             assert int(element.get("plan_id")) == plan.plan_id
             assert element.get("plan_start_date") == plan.plan_start_date
+
+
+def test_the_parser_keeps_exactly_the_plans_the_simulator_calls_valid(
+    sim: SimServer, client: httpx.Client
+) -> None:
+    """SimPlan.valid follows the feed's rules: a bad date, a missing plan_id or a negative
+    price is skipped; a non-numeric capacity is not (capacity is never read)."""
+    response = client.get(sim.url, params={"fault": "malformed:0.05", "version": 6})
+    expected = list(snapshot_plans(SEED, 6, PLANS, malformed=0.05))
+    records, parser = parse_bytes(response.content)
+    assert [(int(r.base_plan_id), int(r.plan_id)) for r in records] == [
+        p.key for p in expected if p.valid
+    ]
+    assert parser.skipped == sum(not p.valid for p in expected)
+    assert any(p.defect == "bad-capacity" and p.valid for p in expected)
 
 
 def test_hostile_billion_laughs(sim: SimServer, client: httpx.Client) -> None:

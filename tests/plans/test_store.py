@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Any
+
 import pytest
-from psycopg import sql
+from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue_many
 from pgenough.plans import store
+from pgenough.plans.feed import PlanRecord
 from pgenough.plans.fetch import chunk_jobs
 from pgenough.plans.store import plan_uuid
 
@@ -97,3 +103,125 @@ async def test_the_reaper_fails_runs_whose_worker_stopped_heartbeating(
     assert not dead["has_staging"]
     live = await run_row(db, alive)
     assert (live["status"], live["has_staging"]) == ("RUNNING", True)
+
+
+async def stage(
+    conn: AsyncConnection[Any], provider: str, started_at: datetime, *rows: PlanRecord
+) -> int:
+    """A STAGED run of ``provider`` whose snapshot started at ``started_at``, with ``rows``."""
+    cur = await conn.execute(
+        "INSERT INTO pgenough.runs (provider, url, owner, status, started_at, chunks_total)"
+        " VALUES (%s, 'http://x', 'test', 'STAGED', %s, 1) RETURNING id",
+        (provider, started_at),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    run_id = int(row[0])
+    await store.create_staging(conn, run_id, provider)
+    await store.StagingWriter(run_id).write(conn, rows)
+    return run_id
+
+
+def listing(sell_mode: str, title: str) -> PlanRecord:
+    start = datetime(2030, 1, 1, 20, tzinfo=UTC)
+    return PlanRecord(
+        base_plan_id="b",
+        plan_id="1",
+        title=title,
+        sell_mode=sell_mode,
+        organizer_company_id=None,
+        starts_at=start,
+        ends_at=None,
+        sell_from=None,
+        sell_to=None,
+        sold_out=None,
+        min_price=None,
+        max_price=None,
+        zones=0,
+    )
+
+
+@pytest.mark.parametrize("first", ["newer", "older"])
+async def test_an_older_and_a_newer_snapshot_applied_at_once_keep_content_and_the_flag(
+    db: AsyncConnectionPool, first: str
+) -> None:
+    """Two chunks with the same new plan, from an older snapshot (online) and a newer one
+    (offline), applied in two transactions at once: the first holds its rows, the second
+    starts its statement and waits, then the first commits. Whichever came first: the newer
+    snapshot's content, and ever-online (sticky) from the older one. When the older one
+    waits, the plan row it must flag was committed after its statement's snapshot: an
+    UPDATE would not see it."""
+    provider = "race"
+    t_old, t_new = datetime(2030, 1, 1, tzinfo=UTC), datetime(2030, 1, 2, tzinfo=UTC)
+    async with db.connection() as conn:
+        old_run = await stage(conn, provider, t_old, listing("online", "older"))
+        new_run = await stage(conn, provider, t_new, listing("offline", "newer"))
+    runs = {"older": (old_run, t_old), "newer": (new_run, t_new)}
+    (first_run, first_at), (second_run, second_at) = (
+        runs[first],
+        runs["newer" if first == "older" else "older"],
+    )
+
+    async def apply(conn: AsyncConnection[Any], run_id: int, at: datetime) -> None:
+        await store.apply_chunk(
+            conn, run_id=run_id, provider=provider, snapshot_at=at, lo="(0,0)", hi="(1,0)"
+        )
+
+    async with db.connection() as holder, db.connection() as waiter, db.connection() as watch:
+        async with holder.transaction():
+            await apply(holder, first_run, first_at)
+            pid = waiter.info.backend_pid
+
+            async def second() -> None:
+                async with waiter.transaction():
+                    await apply(waiter, second_run, second_at)
+
+            waiting = asyncio.create_task(second())
+            deadline = time.monotonic() + 10
+            while True:  # until the second statement waits for the first transaction
+                cur = await watch.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0] == "Lock":
+                    break
+                assert not waiting.done() and time.monotonic() < deadline, "no lock wait"
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(waiting, 10)
+        cur = await watch.execute(
+            "SELECT title, sell_mode, ever_online FROM pgenough.plans WHERE provider = %s",
+            (provider,),
+        )
+        assert await cur.fetchall() == [("newer", "offline", True)]
+        cur = await watch.execute(
+            "SELECT seen_at, run_id FROM pgenough.plan_seen WHERE provider = %s", (provider,)
+        )
+        assert await cur.fetchall() == [(t_new, new_run)]
+
+
+async def test_copies_in_a_staging_table_sealed_without_the_merge_end_with_the_last(
+    db: AsyncConnectionPool,
+) -> None:
+    """A run sealed by an older pgenough (no merge_duplicates) with two copies of a plan in
+    one chunk: the upsert refuses the statement (it may not affect a row twice), the
+    bisection applies the copies apart, and the seq guard keeps the last one."""
+    from tests.plans.pipeline import process, run_row
+
+    async with db.connection() as conn:
+        run_id = await stage(
+            conn,
+            "unmerged",
+            datetime(2030, 1, 1, tzinfo=UTC),
+            listing("online", "first"),
+            listing("offline", "last"),
+        )
+        await enqueue_many(conn, chunk_jobs(run_id, await store.chunk_ranges(conn, run_id)))
+    await process(db)
+    assert (await run_row(db, run_id))["status"] == "PROCESSED"
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT title, sell_mode, ever_online FROM pgenough.plans WHERE provider = 'unmerged'"
+        )
+        assert await cur.fetchall() == [("last", "offline", True)]
+        cur = await conn.execute("SELECT count(*) FROM pgenough.plan_failures")
+        assert await cur.fetchone() == (0,)

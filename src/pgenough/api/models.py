@@ -19,10 +19,18 @@ class Event(BaseModel):
     title: str
     start_date: dt.date = Field(description="UTC, YYYY-MM-DD.")
     start_time: str = Field(pattern=TIME_PATTERN, description="UTC, HH:MM:SS.")
-    end_date: dt.date = Field(description="UTC, YYYY-MM-DD.")
-    end_time: str = Field(pattern=TIME_PATTERN, description="UTC, HH:MM:SS.")
-    min_price: float = Field(description="Lowest zone price, exact decimal as a JSON number.")
-    max_price: float = Field(description="Highest zone price, exact decimal as a JSON number.")
+    end_date: dt.date | None = Field(description="UTC, YYYY-MM-DD; null for a plan without an end.")
+    end_time: str | None = Field(
+        pattern=TIME_PATTERN, description="UTC, HH:MM:SS; null for a plan without an end."
+    )
+    min_price: float | None = Field(
+        description="Lowest zone price, exact decimal as a JSON number; null when no zone has a"
+        " price (then max_price is null too)."
+    )
+    max_price: float | None = Field(
+        description="Highest zone price, exact decimal as a JSON number; null when no zone has"
+        " a price."
+    )
 
 
 class EventList(BaseModel):

@@ -30,8 +30,9 @@ PARAMETERS: list[dict[str, Any]] = [
         "in": "query",
         "required": False,
         "schema": _INSTANT_SCHEMA,
-        "description": "Events that end at or before this instant. ISO-8601 date-time; "
-        "without an offset it is UTC. A plain date (YYYY-MM-DD) is midnight UTC at its start.",
+        "description": "Events that end at or before this instant (an event without an end "
+        "matches only when ends_at is absent). ISO-8601 date-time; without an offset it is UTC. "
+        "A plain date (YYYY-MM-DD) is midnight UTC at its start.",
     },
     {
         "name": "limit",
@@ -75,8 +76,9 @@ def json_bytes(body: bytes) -> Response:
     openapi_extra={"parameters": PARAMETERS},
 )
 async def search(request: Request, api: ApiDep) -> Response:
-    """Ever-online plans that start at or after `starts_at` and end at or before `ends_at`,
-    ordered by start, then id. Read from PostgreSQL only, never from a provider."""
+    """Ever-online plans that start at or after `starts_at` and end at or before `ends_at`
+    (a plan without an end only when `ends_at` is absent), ordered by start, then id. Read
+    from PostgreSQL only, never from a provider."""
     query = parse_query(request.query_params.multi_items())
     key = query.cache_key
     if key is not None:

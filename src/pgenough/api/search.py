@@ -10,8 +10,9 @@ Parameters (anything else is refused; each at most once; an empty value counts a
   ``ends_at`` it excludes events ending later that day.
 * ``limit``: 1..500, default 50. ``offset``: 0..100000, default 0. Decimal digits only.
 
-An event matches when ``starts_at <= event start`` and ``event end <= ends_at``; only plans
-ever seen online; ordered by start, then id.
+An event matches when ``starts_at <= event start`` and ``event end <= ends_at``; an event
+without an end matches only when ``ends_at`` is absent. Only plans ever seen online; ordered by
+start, then id.
 """
 
 from __future__ import annotations

@@ -458,6 +458,7 @@ class _Fetch:
         conn, run_id, provider = self.conn, self.run_id, self.provider.name
         assert run_id is not None
         progress, parser = self.progress, self.parser
+        duplicates = await store.merge_duplicates(conn, run_id)
         await store.analyze_staging(conn, run_id)
         chunks = await store.chunk_ranges(conn, run_id, self.config.chunk_pages)
         async with conn.transaction():
@@ -469,6 +470,7 @@ class _Fetch:
                     "variant": parser.variant,
                     "staged": progress.staged,
                     "skipped": parser.skipped,
+                    "duplicates": duplicates,
                     "samples": _samples(parser),
                     "chunks": len(chunks),
                 },
@@ -481,14 +483,15 @@ class _Fetch:
                 await store.drop_staging(conn, run_id)
                 status = "PROCESSED"
             await run_changed(conn, run_id, provider, status)
-        metrics.record_sealed(provider, status, progress.staged, parser.skipped)
+        metrics.record_sealed(provider, status, progress.staged, parser.skipped, duplicates)
         log.info(
-            "run %d (%s) %s: %d plans staged, %d skipped, %d chunk(s), %.1f MB",
+            "run %d (%s) %s: %d plans staged, %d skipped, %d duplicate(s), %d chunk(s), %.1f MB",
             run_id,
             provider,
             status,
             progress.staged,
             parser.skipped,
+            duplicates,
             len(chunks),
             progress.bytes / 1e6,
         )

@@ -104,6 +104,8 @@ class RunSummary:
     bytes: int
     plans_staged: int
     plans_skipped: int
+    plans_duplicate: int
+    """Staged listings of a plan the snapshot had already listed (the last one counts)."""
     plans_written: int
     rows_failed: int
     chunks_total: int | None

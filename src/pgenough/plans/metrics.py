@@ -75,6 +75,12 @@ PLANS_SKIPPED = Counter(
     "Bad records skipped by sealed runs (counted at seal; samples on the run).",
     ["provider"],
 )
+PLANS_DUPLICATES = Counter(
+    "pgenough_plans_duplicates",
+    "Listings of a plan already listed earlier in the same snapshot, by sealed runs (counted "
+    "at seal; the last listing gives the plan's content).",
+    ["provider"],
+)
 PLANS_WRITTEN = Counter(
     "pgenough_plans_written",
     "Plans written to the canonical table by applied chunks.",
@@ -104,10 +110,11 @@ def failure_reason(exc: Exception) -> FailureReason:
     return "internal"
 
 
-def record_sealed(provider: str, status: str, staged: int, skipped: int) -> None:
+def record_sealed(provider: str, status: str, staged: int, skipped: int, duplicates: int) -> None:
     FETCHES.labels(provider, "staged" if status == "STAGED" else "processed_empty").inc()
     PLANS_STAGED.labels(provider).inc(staged)
     PLANS_SKIPPED.labels(provider).inc(skipped)
+    PLANS_DUPLICATES.labels(provider).inc(duplicates)
     LAST_SUCCESS.labels(provider).set(time.time())
 
 

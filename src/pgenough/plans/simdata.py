@@ -33,15 +33,16 @@ Real-world traps, deterministic for a seed, at low rates:
 * a base_plan's first plan reuses the ``plan_id`` of the previous base_plan's first plan
   (~3% of base_plans), so only ``(base_plan_id, plan_id)`` identifies a plan;
 * impossible dates such as ``2021-09-31`` for a plan's start and end (~0.3% of plans): a parser
-  skips that plan (``SimPlan.valid`` is false);
+  skips that plan (``SimPlan.valid`` is false: its start is not a date);
 * a ``zone_id`` repeated inside a plan with another price (~7% of plans); capacity 0 (~2% of
   zones);
 * titles with ``&``, quotes, ``<`` and non-ASCII (``Tom & "Jerry" ñ``, 🎭), escaped in the XML.
 
 ``malformed`` (a rate) adds defective records to a still well-formed document: a start date in
 another format, a missing ``plan_id``, a negative price or a non-numeric capacity
-(``SimPlan.defect`` names it). ``hostile_prologue`` builds the DOCTYPE and the first base_plan of
-entity-expansion and external-entity documents.
+(``SimPlan.defect`` names it). The first three are skipped; a bad capacity is not, as nothing
+reads the capacity (``SKIPPED_DEFECTS``). ``hostile_prologue`` builds the DOCTYPE and the first
+base_plan of entity-expansion and external-entity documents.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ HostileKind: TypeAlias = Literal["laughs", "xxe-file", "xxe-net"]
 
 VARIANTS: Final[tuple[Variant, ...]] = ("planList", "eventList")
 DEFECTS: Final[tuple[Defect, ...]] = ("bad-date", "missing-attr", "negative-price", "bad-capacity")
+SKIPPED_DEFECTS: Final[frozenset[Defect]] = frozenset(
+    {"bad-date", "missing-attr", "negative-price"}
+)
+"""The defects a parser skips a plan for (pgenough.plans.feed's rules)."""
 CHUNK_BYTES: Final = 64 * 1024
 BYTES_PER_PLAN: Final = 576  # measured average for the planList variant
 
@@ -122,10 +127,10 @@ class SimPlan:
 
     @property
     def valid(self) -> bool:
-        """A strict parser keeps this plan: no defect and every date-time exists."""
-        return self.defect is None and all(
-            _parse_when(s) is not None
-            for s in (self.plan_start_date, self.plan_end_date, self.sell_from, self.sell_to)
+        """The parser keeps this plan: no defect it skips for, and its start and end exist
+        (a bad ``sell_from``/``sell_to`` or capacity is read as missing, never skipped)."""
+        return self.defect not in SKIPPED_DEFECTS and all(
+            _parse_when(s) is not None for s in (self.plan_start_date, self.plan_end_date)
         )
 
     @property

@@ -4,6 +4,12 @@ Each run stages into a table of its own (``pgenough.staging_<run id>``), dropped
 run is processed or fails, so discarding a failed snapshot costs one ``DROP TABLE`` and leaves
 no dead rows behind. Chunks of work are ranges of the staging table's pages (TID range scans:
 no index to build), applied by one statement each.
+
+A staged row's ``seq`` is its position among the snapshot's staged plans, in document order.
+A plan listed more than once takes the content of its last listing: ``merge_duplicates``
+folds its listings into one row before the run is sealed, so no chunk ever writes an earlier
+copy, whatever the chunking and however many workers apply them; the run counts the extra
+listings (``runs.plans_duplicate``).
 """
 
 from __future__ import annotations
@@ -67,6 +73,19 @@ async def truncate_staging(conn: AnyConn, run_id: int) -> None:
 
 async def drop_staging(conn: AnyConn, run_id: int) -> None:
     await conn.execute(_q("drop_staging", run_id))
+
+
+async def merge_duplicates(conn: AnyConn, run_id: int) -> int:
+    """Make each plan the snapshot lists more than once one staged row: its last listing,
+    online if any listing was (``merge_duplicates`` in ``sql/store.sql``). Call before the
+    seal, before ``chunk_ranges``. Returns how many listings repeated a plan listed earlier
+    (0 costs one pass over the staging table and writes nothing)."""
+    cur = await conn.execute(_q("count_duplicates", run_id))
+    row = await cur.fetchone()
+    duplicates = int(row[0]) if row else 0
+    if duplicates:
+        await conn.execute(_q("merge_duplicates", run_id))
+    return duplicates
 
 
 @dataclass

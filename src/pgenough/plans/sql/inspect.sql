@@ -59,8 +59,8 @@ SELECT id, provider, status::text, started_at,
        coalesce(processed_at, failed_at) AS finished_at,
        extract(epoch FROM coalesce(processed_at, failed_at, now()) - started_at)::float8
            AS duration,
-       bytes, plans_staged, plans_skipped, plans_written, rows_failed, chunks_total,
-       chunks_done, reason
+       bytes, plans_staged, plans_skipped, plans_duplicate, plans_written, rows_failed,
+       chunks_total, chunks_done, reason
 FROM pgenough.runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::pgenough.run_status)
   AND (%(provider)s::text IS NULL OR provider = %(provider)s)
@@ -74,9 +74,9 @@ SELECT id, provider, status::text, started_at,
        coalesce(processed_at, failed_at) AS finished_at,
        extract(epoch FROM coalesce(processed_at, failed_at, now()) - started_at)::float8
            AS duration,
-       bytes, plans_staged, plans_skipped, plans_written, rows_failed, chunks_total,
-       chunks_done, reason, url, owner, heartbeat_at, staged_at, processed_at, failed_at,
-       variant, attempts, skip_samples
+       bytes, plans_staged, plans_skipped, plans_duplicate, plans_written, rows_failed,
+       chunks_total, chunks_done, reason, url, owner, heartbeat_at, staged_at, processed_at,
+       failed_at, variant, attempts, skip_samples
 FROM pgenough.runs
 WHERE id = %(id)s
 
@@ -114,8 +114,8 @@ SELECT provider FROM names WHERE provider IS NOT NULL ORDER BY provider
 -- Runs that failed in the window, newest first (what `pgenough failures` lists).
 SELECT id, provider, status::text, started_at, failed_at AS finished_at,
        extract(epoch FROM failed_at - started_at)::float8 AS duration,
-       bytes, plans_staged, plans_skipped, plans_written, rows_failed, chunks_total,
-       chunks_done, reason
+       bytes, plans_staged, plans_skipped, plans_duplicate, plans_written, rows_failed,
+       chunks_total, chunks_done, reason
 FROM pgenough.runs
 WHERE status = 'FAILED' AND failed_at > now() - %(window)s * interval '1 second'
 ORDER BY failed_at DESC, id DESC

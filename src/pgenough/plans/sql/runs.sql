@@ -43,7 +43,8 @@ WHERE id = %(id)s
 UPDATE pgenough.runs
 SET status = 'STAGED', staged_at = clock_timestamp(), heartbeat_at = now(), bytes = %(bytes)s,
     variant = %(variant)s, plans_staged = %(staged)s, plans_skipped = %(skipped)s,
-    skip_samples = %(samples)s::jsonb, chunks_total = %(chunks)s
+    plans_duplicate = %(duplicates)s, skip_samples = %(samples)s::jsonb,
+    chunks_total = %(chunks)s
 WHERE id = %(id)s AND status = 'RUNNING'
 RETURNING id
 
@@ -79,6 +80,6 @@ RETURNING plans_written, rows_failed
 -- One run with everything known about it.
 SELECT id, provider, url, status::text, owner, started_at, heartbeat_at, staged_at,
        processed_at, failed_at, reason, attempts, bytes, variant, plans_staged, plans_skipped,
-       skip_samples, chunks_total, chunks_done, plans_written, rows_failed
+       skip_samples, chunks_total, chunks_done, plans_written, rows_failed, plans_duplicate
 FROM pgenough.runs
 WHERE id = %(id)s
