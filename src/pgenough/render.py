@@ -280,6 +280,7 @@ def run_detail(run: RunDetail, now: datetime) -> RenderableType:
         ("url", run.url),
         ("status", status(run.status)),
         ("reason", Text(run.reason or "", style="red")),
+        ("doing", run.phase if run.status == "RUNNING" and run.phase else ""),
         ("owner", run.owner),
         ("feed variant", run.variant or "-"),
         ("started", f"{run.started_at.isoformat()} ({ago(run.started_at, now)})"),

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.plans import inspect
 from pgenough.plans.fetch import (
     FetchConfig,
     RunResult,
@@ -305,6 +306,11 @@ async def test_a_stop_ends_the_fetch_at_once_saying_what_it_was_doing(
     task = await start_fetch(db, bad.url(route), stop)
     await until_phase(db, "bad", phase, running(task))
     assert len(await advisory_holders(db, lock_name("bad"))) == 1
+    async with db.connection() as conn:  # what `pgenough run ID` and the dashboard show
+        (shown,) = await inspect.list_runs(conn, status="RUNNING")
+        detail = await inspect.get_run(conn, shown.id)
+    assert detail is not None
+    assert detail.phase == phase
     stop.set()
     began = time.monotonic()
     result = await asyncio.wait_for(task, 5)

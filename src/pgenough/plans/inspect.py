@@ -135,6 +135,9 @@ class RunDetail(RunSummary):
     """Every HTTP attempt of the fetch: status, error, timings (``provider.Attempt``)."""
     skip_samples: list[dict[str, Any]]
     """The first records the parser skipped, with why."""
+    phase: str | None
+    """What the fetch was last doing ("streaming the body (attempt 1 of 4)"); while RUNNING,
+    what it is doing."""
     row_failures: list[RowFailure] = dataclasses.field(default_factory=list)
     """The first ``ROW_FAILURES_SHOWN`` rows that could not be written."""
     jobs: list[JobRecord] = dataclasses.field(default_factory=list)

@@ -76,7 +76,7 @@ SELECT id, provider, status::text, started_at,
            AS duration,
        bytes, plans_staged, plans_skipped, plans_duplicate, plans_written, rows_failed,
        chunks_total, chunks_done, reason, url, owner, heartbeat_at, staged_at, processed_at,
-       failed_at, variant, attempts, skip_samples
+       failed_at, variant, attempts, skip_samples, phase
 FROM pgenough.runs
 WHERE id = %(id)s
 
