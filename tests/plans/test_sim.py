@@ -300,6 +300,21 @@ def test_latency_delays_the_headers(sim: SimServer, client: httpx.Client) -> Non
     assert time.monotonic() - started >= 0.3
 
 
+def test_a_client_gone_during_latency_does_not_hold_up_the_stop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The demo stops a fetch mid-request, then the simulator: a handler still asleep for a
+    client that left made uvicorn wait out its grace and log a traceback."""
+    sim = SimServer(plans=10, seed=1).start()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.get(sim.url, params={"fault": "latency:30"}, timeout=0.3)
+    started = time.monotonic()
+    with caplog.at_level("ERROR"):
+        sim.stop()
+    assert time.monotonic() - started < 1.0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
 def test_slow_delays_every_chunk(sim: SimServer, client: httpx.Client) -> None:
     with client.stream("GET", sim.url, params={"fault": "slow:1"}, timeout=0.2) as response:
         assert response.status_code == 200  # the headers come at once, the body does not

@@ -359,8 +359,8 @@ def create_app(config: SimConfig | None = None, state: SimState | None = None) -
             fault.status,
             {"version": version, "fault": fault.spec, "plans": plans, "seed": seed},
         )
-        if fault.kind == "latency":
-            await asyncio.sleep(fault.seconds)
+        if fault.kind == "latency" and await _client_left_within(request, fault.seconds):
+            return Response(status_code=499)  # nobody reads it; the handler just ends
         if fault.kind == "status":
             if fault.retry_after is not None:
                 headers["Retry-After"] = str(fault.retry_after)
@@ -455,6 +455,22 @@ class _Server(GracefulServer):
             self.ready.set()
         if self.banner is not None and self.started:
             print(self.banner, flush=True)
+
+
+async def _client_left_within(request: Request, seconds: float) -> bool:
+    """Wait ``seconds`` before answering, as a slow provider does, unless the client hangs
+    up first (then True): a handler asleep for a client that is gone would otherwise hold up
+    the server's shutdown until uvicorn cancels it with a traceback."""
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(gone(), timeout=seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _uvicorn_config(app: Starlette, log_level: str) -> uvicorn.Config:
