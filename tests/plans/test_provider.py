@@ -24,6 +24,14 @@ def test_retry_after_takes_seconds_or_an_http_date() -> None:
     assert retry_after_seconds(None, NOW) is None
 
 
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.data
+
+
 async def run(
     responses: list[httpx.Response], **config: object
 ) -> tuple[list[Attempt], list[float], object]:
@@ -33,7 +41,10 @@ async def run(
     restarts = 0
 
     def handler(request: httpx.Request) -> httpx.Response:
-        return queue.pop(0)
+        # Streamed, as a body from the network is (a Response made with content= is read
+        # whole, and the provider reads raw bytes).
+        given = queue.pop(0)
+        return httpx.Response(given.status_code, headers=given.headers, stream=_Body(given.content))
 
     async def consume(body: AsyncIterator[bytes]) -> bytes:
         return b"".join([chunk async for chunk in body])

@@ -23,11 +23,12 @@ from typing import Literal, TypeAlias
 from pgenough.core import PgenoughError
 
 ProviderFailure: TypeAlias = Literal[
-    "status", "transport", "redirect", "decoding", "url", "deadline"
+    "provider", "transport", "redirect", "decoding", "url", "deadline"
 ]
-"""What kind of provider failure a ``ProviderError`` is (a bounded metrics label):
+"""What kind of provider failure a ``ProviderError`` is; also its label value in the metric
+``pgenough_plans_runs_failed_total{reason}``:
 
-- ``status``: an HTTP status retrying cannot fix, or 429/5xx until the attempts ran out;
+- ``provider``: an HTTP status retrying cannot fix, or 429/5xx until the attempts ran out;
 - ``transport``: connection failures, timeouts, resets, a body slower than the floor, once
   the attempts ran out;
 - ``redirect``: a redirect loop, or a redirect refused (not http(s), another host, invalid);

@@ -32,7 +32,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final, TypeVar
 
 import httpx
@@ -232,7 +231,6 @@ class _Fetch:
         self.on_progress = on_progress
         self.rng = rng
         self.run_id: int | None = None
-        self.started_at: datetime | None = None
         self.phase = "opening the run"
         self.progress = Progress()
         self.parser = FeedParser()
@@ -257,22 +255,15 @@ class _Fetch:
             return await self._fail(str(exc), metrics.failure_reason(exc))
         except RunLost as exc:
             return self._lost(exc)
-        except psycopg.errors.UndefinedTable as exc:
-            # The reaper failed the run and dropped its staging table under us (a COPY into
-            # the dropped table is how that shows when it wins the race with the heartbeat).
-            if self.run_id is not None and not await self._still_running():
-                return self._lost(RunLost(self.run_id))
-            return await self._fail(
-                f"database error while {self.phase}: {_first_line(exc)}", "database"
-            )
-        except psycopg.OperationalError as exc:
-            return await self._fail(
-                f"database connection lost while {self.phase}: {_first_line(exc)}", "database"
-            )
         except psycopg.Error as exc:
-            return await self._fail(
-                f"database error while {self.phase}: {_first_line(exc)}", "database"
-            )
+            lost = isinstance(exc, psycopg.OperationalError)
+            if isinstance(exc, psycopg.errors.UndefinedTable) and not await self._still_running():
+                # The reaper failed the run and dropped its staging table under us (a COPY
+                # into the dropped table is how that shows when it beats the heartbeat).
+                assert self.run_id is not None
+                return self._lost(RunLost(self.run_id))
+            what = "database connection lost" if lost else "database error"
+            return await self._fail(f"{what} while {self.phase}: {_first_line(exc)}", "database")
         except Exception as exc:
             # A bug: it fails this run, never the worker or another provider's run.
             log.debug("run %s of %s: unexpected error", self.run_id, name, exc_info=True)
@@ -291,7 +282,7 @@ class _Fetch:
             )
             row = await cur.fetchone()
             assert row is not None
-            run_id, self.started_at = int(row[0]), row[1]
+            run_id = int(row[0])
             await store.create_staging(self.conn, run_id, name)
             await run_changed(self.conn, run_id, name, "RUNNING")
         self.run_id = run_id
@@ -434,7 +425,9 @@ class _Fetch:
                     _first_line(exc),
                 )
         metrics.record_failed(self.provider.name, kind)
-        log.error("run %d (%s) FAILED: %s", self.run_id, self.provider.name, reason)
+        # A stop was asked for: worth a line, not an alarm.
+        level = logging.WARNING if kind == "stopped" else logging.ERROR
+        log.log(level, "run %d (%s) FAILED: %s", self.run_id, self.provider.name, reason)
         return self._result("FAILED", reason)
 
     async def _record_failure(self, conn: psycopg.AsyncConnection[Any], reason: str) -> None:

@@ -12,37 +12,17 @@ the fixed sets below.
 from __future__ import annotations
 
 import time
-from typing import Final, Literal, get_args
+from typing import Final, Literal, TypeAlias
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from pgenough.plans.errors import FeedError, ProviderError, ProviderFailure
 
 Outcome = Literal["staged", "processed_empty", "failed", "skipped_locked"]
-FailureReason = Literal[
-    "provider",
-    "transport",
-    "redirect",
-    "decoding",
-    "url",
-    "deadline",
-    "feed",
-    "database",
-    "stopped",
-    "internal",
-    "orphaned",
-    "stale",
-]
+FailureReason: TypeAlias = (
+    ProviderFailure | Literal["feed", "database", "stopped", "internal", "orphaned", "stale"]
+)
 OUTCOMES: Final[tuple[Outcome, ...]] = ("staged", "processed_empty", "failed", "skipped_locked")
-FAILURE_REASONS: Final[tuple[FailureReason, ...]] = get_args(FailureReason)
-_BY_KIND: Final[dict[ProviderFailure, FailureReason]] = {
-    "status": "provider",
-    "transport": "transport",
-    "redirect": "redirect",
-    "decoding": "decoding",
-    "url": "url",
-    "deadline": "deadline",
-}
 _OF_OTHERS: Final = frozenset({"orphaned", "stale"})
 """Reasons recorded for a run by someone other than its own fetch (it is no fetch outcome)."""
 
@@ -106,7 +86,7 @@ def failure_reason(exc: Exception) -> FailureReason:
     if isinstance(exc, FeedError):
         return "feed"
     if isinstance(exc, ProviderError):
-        return _BY_KIND[exc.kind]
+        return exc.kind
     return "internal"
 
 

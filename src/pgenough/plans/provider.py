@@ -307,10 +307,7 @@ async def fetch(
                     if resp.status_code != 200:
                         # The error page is not read: a hostile one could be huge or slow.
                         raise _status_outcome(resp, attempt.at)
-                    # A transport that hands the body over whole (a mock) has had httpx
-                    # decode it already.
-                    whole = resp.is_stream_consumed
-                    decoder = BodyDecoder(None if whole else resp.headers.get("content-encoding"))
+                    decoder = BodyDecoder(resp.headers.get("content-encoding"))
                     await phase(f"streaming the body (attempt {number} of {of})")
                     body = attempt.body(
                         resp, decoder, LowSpeed(config.low_speed_limit, config.low_speed_time)
@@ -354,7 +351,7 @@ async def fetch(
                 raise ProviderError(
                     f"provider {config.name}: {reason} (attempt {number} of {of})",
                     status=retry.status,
-                    kind="status" if retry.status is not None else "transport",
+                    kind="provider" if retry.status is not None else "transport",
                 ) from retry
             await restart()
             assert delay is not None
@@ -390,7 +387,7 @@ class _AttemptLog:
     ) -> AsyncIterator[bytes]:
         """The decoded body, under the low-speed floor (armed only while we wait on the
         network)."""
-        raw = _whole(resp.content) if resp.is_stream_consumed else resp.aiter_raw()
+        raw = resp.aiter_raw()
         loop = asyncio.get_running_loop()
         while True:
             limit = floor.remaining()
@@ -430,10 +427,6 @@ class _AttemptLog:
                 str(self.url) if self.redirects and self.url is not None else None,
             )
         )
-
-
-async def _whole(content: bytes) -> AsyncIterator[bytes]:
-    yield content
 
 
 async def _open(
@@ -513,4 +506,4 @@ def _status_outcome(resp: httpx.Response, at: datetime) -> Exception:
     if status in RETRYABLE_STATUS:
         after = retry_after_seconds(resp.headers.get("retry-after"), at)
         return _Retry(f"HTTP {status}", status, after)
-    return ProviderError(f"HTTP {status} (not retried)", status=status, kind="status")
+    return ProviderError(f"HTTP {status} (not retried)", status=status, kind="provider")
