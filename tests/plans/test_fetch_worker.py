@@ -132,9 +132,11 @@ async def test_bad_providers_never_stop_the_loop_nor_touch_a_good_one(
     assert "Traceback" not in err
     assert await loose_ends(db) == (0, 0)
     for provider, state, reason, _, _ in await runs(db):
+        if reason is not None and reason.startswith("worker stopped while"):
+            continue  # in flight at the SIGTERM, whichever provider it was
         if provider == "good":
             assert state == "STAGED", reason
-        elif reason is None or not reason.startswith("worker stopped while"):
+        else:
             assert state == "FAILED"
             assert reason is not None
             assert reasons[provider] in reason, reason
@@ -149,8 +151,9 @@ async def test_bad_providers_never_stop_the_loop_nor_touch_a_good_one(
     )
     assert status_cmd.returncode == 0, status_cmd.stderr
     shown = {p["provider"]: p for p in json.loads(status_cmd.stdout)["providers"]}
-    assert shown["good"]["last_status"] == "STAGED"
-    assert reasons["loop"] in shown["loop"]["last_reason"]
+    last = {provider: (state, reason) for provider, state, reason, _, _ in await runs(db)}
+    for provider, (state, reason) in last.items():  # each provider's newest run, as stored
+        assert (shown[provider]["last_status"], shown[provider]["last_reason"]) == (state, reason)
 
 
 async def test_sigterm_ends_a_fetch_in_flight_and_exits_0(
