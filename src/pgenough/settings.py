@@ -131,6 +131,12 @@ class Settings(BaseSettings):
         description="Seconds a search may run in PostgreSQL (statement_timeout); "
         "beyond it the request gets 503 TOO_BUSY.",
     )
+    api_stream_timeout: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds a /search without limit may take to send every event (each "
+        "page of it still within api_search_timeout); beyond it the response is cut.",
+    )
     api_pool_timeout: float = Field(
         default=1.0, gt=0, description="Seconds a request waits for a database connection."
     )

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import create_app
 from pgenough.api.deps import ApiState
+from pgenough.api.server import ApiServer
 from pgenough.core import publish
 from pgenough.plans.store import plan_uuid
 from pgenough.settings import Settings
@@ -116,12 +117,13 @@ def free_port() -> int:
 
 
 class ServerThread:
-    """``app`` on a real uvicorn server, on a thread with its own event loop."""
+    """``app`` on a real uvicorn server (the one ``pgenough api`` runs), on a thread with its
+    own event loop."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
         self.port = free_port()
-        self.server = uvicorn.Server(
+        self.server = ApiServer(
             uvicorn.Config(
                 app,
                 host="127.0.0.1",

@@ -10,7 +10,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api.cache import ResponseCache
 from pgenough.plans.sim import SimServer
-from tests.api.helpers import Plan, add_plans, api_settings, events, serving, state
+from tests.api.helpers import Plan, Proxy, add_plans, api_settings, events, serving, state
 from tests.plans.pipeline import ingest
 
 WAIT = 30.0  # seconds any awaited event gets
@@ -196,3 +196,35 @@ async def test_cache_metrics_count_hits_and_misses(
             await client.get("/search", params={"limit": "7"})
         assert await counter("pgenough_api_cache_misses_total") == misses + 1
         assert await counter("pgenough_api_cache_hits_total") == hits + 2
+
+
+@pytest.mark.db
+async def test_the_cache_is_bypassed_while_the_api_is_cut_off_from_postgresql(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    """README: the cache "is bypassed while its listener is down". Cut by a real TCP proxy
+    (the listener's reconnects fail all the while), a cached first page must not be served:
+    not during the cut (the search fails, 503) and not once the pool is back and the listener
+    not yet (it backs off), when the plans changed underneath without a message it could
+    have heard."""
+    await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
+    proxy = Proxy(database_url)
+    async with proxy.running():
+        settings = api_settings(proxy.url, api_cache_ttl=3600.0, api_pool_timeout=0.5)
+        async with serving(settings) as (app, client):
+            cache = state(app).cache
+            assert len(events(await client.get("/search"))) == 1
+            assert len(cache) == 1
+            seen = cache.invalidations
+            await proxy.cut()
+            await asyncio.wait_for(cache.wait_invalidations(seen + 1), WAIT)
+            assert not cache.listening
+            # Changed underneath, on a connection that does not go through the proxy.
+            await add_plans(
+                db, Plan("p2", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"), notify=True
+            )
+            during = await client.get("/search")
+            assert during.status_code == 503, during.text  # not the stale page
+            await proxy.start()
+            after = await client.get("/search")
+            assert len(events(after)) == 2  # PostgreSQL's answer, not the cached one

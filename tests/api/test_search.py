@@ -15,7 +15,7 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import routes
+from pgenough.api import answer
 from pgenough.api.models import ErrorResponse, SearchResponse
 from pgenough.api.search import Q, SearchQuery
 from tests.api.helpers import Plan, add_plans, events
@@ -87,7 +87,10 @@ BAD_REQUESTS: list[tuple[dict[str, str], str]] = [
     ({"starts_at": "2021-02-30"}, "starts_at"),
     ({"starts_at": "2021-06-01T25:00:00Z"}, "starts_at"),
     ({"starts_at": "2021-06-01T10:00:00+25:00"}, "starts_at"),
-    ({"ends_at": "2021-06-01T10:00:00.1234567Z"}, "ends_at"),
+    ({"ends_at": "2021-06-01T10:00:00.Z"}, "ends_at"),
+    ({"ends_at": "2021-06-01T10:00:00,5Z"}, "ends_at"),
+    ({"starts_at": "\u0662\u0660\u0662\u0661-06-01"}, "starts_at"),  # Arabic-Indic: \d takes them
+    ({"starts_at": "2021-06-01T10:00:61Z"}, "starts_at"),
     ({"ends_at": "1623000000"}, "ends_at"),
     ({"ends_at": "0001-01-01T00:00:00+01:00"}, "ends_at"),
     ({"starts_at": "2021-06-02T00:00:00Z", "ends_at": "2021-06-01T23:59:59Z"}, "before"),
@@ -101,8 +104,14 @@ BAD_REQUESTS: list[tuple[dict[str, str], str]] = [
     ({"offset": "-1"}, "offset"),
     ({"offset": "x"}, "offset"),
     ({"offset": "100001"}, "offset"),
-    ({"page": "2"}, "unknown parameter"),
-    ({"startsAt": "2021-06-01"}, "unknown parameter"),
+    ({"offset": "-0"}, "digits 0-9"),
+    ({"limit": "+5"}, "digits 0-9"),
+    ({"limit": "²"}, "digits 0-9"),  # a Unicode digit str.isdigit() accepts
+    ({"limit": "\u0665"}, "digits 0-9"),  # ARABIC-INDIC DIGIT FIVE
+    ({"limit": "00000000000000000000501"}, "between 1 and 500"),
+    ({"after": "not-a-cursor"}, "after"),
+    ({"after": "x" * 5000}, "after"),
+    ({"limit": "5", "offset": "5", "after": "AQ"}, "after and offset"),
 ]
 
 
@@ -122,7 +131,14 @@ async def test_a_repeated_parameter_is_400(client: httpx.AsyncClient) -> None:
 
 
 async def test_limits_at_the_edges_are_accepted(client: httpx.AsyncClient) -> None:
-    for params in ({"limit": "1"}, {"limit": "500"}, {"offset": "0"}, {"offset": "100000"}):
+    for params in (
+        {"limit": "1"},
+        {"limit": "500"},
+        {"limit": "0000000000005"},  # leading zeros are digits too
+        {"offset": "0"},
+        {"offset": "100000"},
+        {"offset": "000"},
+    ):
         assert (await client.get("/search", params=params)).status_code == 200, params
     # An empty value is no value: the default applies.
     assert (await client.get("/search?starts_at=&ends_at=&limit=&offset=")).status_code == 200
@@ -188,7 +204,7 @@ async def test_the_search_is_an_index_range_scan_bounded_by_both_ends(
         # An empty table: make the planner show the plan it would use on a big one.
         await conn.execute("SET LOCAL enable_seqscan = off")
         await conn.execute("SET LOCAL enable_bitmapscan = off")
-        cur = await conn.execute(b"EXPLAIN " + Q["search"].encode(), query.sql_params())
+        cur = await conn.execute(b"EXPLAIN " + Q["page"].encode(), query.sql_params(None, 0))
         plan = "\n".join(str(row[0]) for row in await cur.fetchall())
     assert "Index Scan using plans_search_idx" in plan, plan
     (cond,) = re.findall(r"Index Cond: (.*)", plan)
@@ -226,15 +242,21 @@ async def test_pages_neither_skip_nor_repeat(
     assert paged == everything
 
 
-async def test_default_and_maximum_limit(
+async def test_without_limit_every_event_and_with_limit_a_page(
     db: AsyncConnectionPool, client: httpx.AsyncClient
 ) -> None:
+    """The Fever spec has no paging: a client that sends no limit gets every event (60 here;
+    it got 50 and no hint before)."""
     await add_plans(
         db,
         *[Plan(f"p{n:03d}", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00") for n in range(60)],
     )
-    assert len(events(await client.get("/search"))) == 50
-    assert len(events(await client.get("/search", params={"limit": "500"}))) == 60
+    everything = await client.get("/search")
+    assert len(events(everything)) == 60 and "link" not in everything.headers
+    page = await client.get("/search", params={"limit": "50"})
+    assert len(events(page)) == 50 and 'rel="next"' in page.headers["link"]
+    last = await client.get("/search", params={"limit": "500"})
+    assert len(events(last)) == 60 and "link" not in last.headers
 
 
 async def test_inputs_without_offset_are_utc_and_offsets_are_converted(
@@ -252,6 +274,9 @@ async def test_inputs_without_offset_are_utc_and_offsets_are_converted(
         "2030-06-01 10:00:00",
         "2030-06-01T10:00:00Z",
         "2030-06-01T10:00:00.000000z",
+        "2030-06-01T10:00:00.000000000Z",  # RFC 3339: any number of fractional digits
+        "2030-06-01T10:00:00.0000009Z",  # truncated to the microsecond, not rounded up
+        "2030-06-01T09:59:60Z",  # a leap second is the next second, as in PostgreSQL
         "2030-06-01T12:00:00+02:00",
         "2030-06-01T12:00:00+0200",
         "2030-06-01T05:30:00-04:30",
@@ -263,6 +288,26 @@ async def test_inputs_without_offset_are_utc_and_offsets_are_converted(
     assert [e["id"] for e in found] == on_time
     # Outputs are UTC whatever the input's offset.
     assert found[0]["start_time"] == "10:00:00"
+
+
+RFC_3339_EXAMPLES = [  # RFC 3339 section 5.8, every one
+    ("1985-04-12T23:20:50.52Z", "1985-04-12T23:20:50.520000+00:00"),
+    ("1996-12-19T16:39:57-08:00", "1996-12-20T00:39:57+00:00"),
+    ("1990-12-31T23:59:60Z", "1991-01-01T00:00:00+00:00"),
+    ("1990-12-31T15:59:60-08:00", "1991-01-01T00:00:00+00:00"),
+    ("1937-01-01T12:00:27.87+00:20", "1937-01-01T11:40:27.870000+00:00"),
+]
+
+
+@pytest.mark.parametrize(("text", "utc"), RFC_3339_EXAMPLES)
+async def test_rfc_3339_examples_are_read_as_the_rfc_means_them(
+    client: httpx.AsyncClient, text: str, utc: str
+) -> None:
+    from pgenough.api.search import INSTANT_PATTERN, parse_instant
+
+    assert parse_instant("starts_at", text).isoformat() == utc
+    assert re.fullmatch(INSTANT_PATTERN.strip("^$"), text)  # the documented syntax has it
+    assert (await client.get("/search", params={"starts_at": text})).status_code == 200
 
 
 async def test_a_plain_date_is_midnight_utc(
@@ -327,6 +372,7 @@ async def test_not_found_and_method_not_allowed_use_the_envelope(
 ) -> None:
     assert_error(await client.get("/nope"), 404, "NOT_FOUND")
     assert_error(await client.post("/search"), 405, "METHOD_NOT_ALLOWED")
+    assert_error(await client.get("/health/live/"), 404, "NOT_FOUND")  # no redirect
 
 
 async def test_an_unexpected_error_is_500_without_internals(
@@ -335,7 +381,7 @@ async def test_an_unexpected_error_is_500_without_internals(
     async def broken(*args: Any, **kwargs: Any) -> bytes:
         raise RuntimeError("secret: password=hunter2 at /srv/app.py")
 
-    monkeypatch.setattr(routes, "run_search", broken)
+    monkeypatch.setattr(answer, "search", broken)
     with caplog.at_level(logging.ERROR, logger="pgenough.api.errors"):
         response = await client.get("/search", headers={"x-request-id": "req-42"})
     message = assert_error(response, 500, "INTERNAL_ERROR")
@@ -350,13 +396,10 @@ async def test_openapi_documents_the_contract(client: httpx.AsyncClient) -> None
     spec = (await client.get("/openapi.json")).json()
     search = spec["paths"]["/search"]["get"]
     params = {p["name"]: p for p in search["parameters"]}
-    assert set(params) == {"starts_at", "ends_at", "limit", "offset"}
-    assert params["limit"]["schema"] == {
-        "type": "integer",
-        "minimum": 1,
-        "maximum": 500,
-        "default": 50,
-    }
+    assert set(params) == {"starts_at", "ends_at", "limit", "offset", "after"}
+    assert params["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500}
+    assert "every matching event" in params["limit"]["description"]
+    assert "link" in {h.lower() for h in search["responses"]["200"]["headers"]}
     assert params["offset"]["schema"]["maximum"] == 100_000
     assert set(search["responses"]) == {"200", "400", "500", "503"}
     event = spec["components"]["schemas"]["Event"]

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from pgenough import __version__
 from pgenough.api import errors, health, routes, ui
+from pgenough.api.answer import Answer
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
 from pgenough.api.config import ApiConfig
@@ -44,6 +45,7 @@ def api_config(settings: Settings) -> ApiConfig:
         pool_max_size=settings.pool_max_size,
         max_concurrent_searches=settings.api_max_concurrent_searches,
         search_timeout=settings.api_search_timeout,
+        stream_timeout=settings.api_stream_timeout,
         pool_timeout=settings.api_pool_timeout,
         ready_timeout=settings.api_ready_timeout,
         cache_size=settings.api_cache_size,
@@ -75,6 +77,9 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         summary="Events from the canonical plans, read from PostgreSQL only.",
         lifespan=lifespan,
+        # Starlette's trailing-slash redirect is built from the Host header, which any
+        # client sets; a path is answered as written or not at all.
+        redirect_slashes=False,
     )
     errors.install(app)
     app.add_middleware(RequestMetrics)
@@ -96,7 +101,7 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         name="pgenough-api",
         statement_timeout=config.search_timeout,
     )
-    cache = ResponseCache(config.cache_size, config.cache_ttl)
+    cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
     listener: asyncio.Task[None] | None = None
     try:
         if config.cache_enabled:

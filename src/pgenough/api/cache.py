@@ -1,7 +1,9 @@
 """A small cache of first-page search responses, emptied whenever new plans land.
 
-Only first pages (offset 0) are cached, keyed by the normalised bounds and the limit, as the
-exact response bytes; at most ``size`` entries, each for ``ttl`` seconds. ``invalidate_on``
+Only first pages (no offset, no cursor) are cached, keyed by the normalised bounds and the
+limit, as the exact answer (``pgenough.api.answer.Answer``: bytes and Link header), and only
+answers complete in one piece (a streamed search is not kept); at most ``size`` entries,
+each for ``ttl`` seconds. ``invalidate_on``
 listens to ``plans_changed`` (published by the process worker in the transaction that
 finishes a run) and empties the cache on every message and on every ``Gap``.
 
@@ -10,11 +12,12 @@ Losing the cache changes speed, never answers:
 * a search records the cache's *generation* before it asks PostgreSQL and stores its answer
   only if no invalidation happened meanwhile, so an answer read before new plans committed
   is never stored after the message that announced them;
-* the cache is used only while its listener is connected (``listening``); when the listener
-  fails it is emptied and bypassed until it listens again;
-* while a dropped connection goes unnoticed (at most the subscription's ping interval) an
-  entry can outlive a change, never beyond its TTL, and the ``Gap`` that follows the
-  reconnect empties the cache.
+* the cache is used only while its listener is connected (``listening``): the moment the
+  subscription finds its connection lost it is emptied and bypassed, all the while the
+  reconnects fail, until the ``Gap`` of the reconnect says it listens again;
+* while a dropped connection goes unnoticed (a silent network: at most twice the
+  subscription's ping interval, its wait and its ping) an entry can outlive a change, never
+  beyond its TTL.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Final
+from typing import Any, Final, Generic, TypeVar
 
 import psycopg
 
@@ -38,12 +41,15 @@ RELISTEN_DELAY: Final = 0.5
 RELISTEN_MAX_DELAY: Final = 30.0
 
 
-class ResponseCache:
+V = TypeVar("V")
+
+
+class ResponseCache(Generic[V]):
     def __init__(self, size: int, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.size = size
         self.ttl = ttl
         self._clock = clock
-        self._entries: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()
         self.generation = 0
         """Bumped by every invalidation; see ``put``."""
         self.listening = False
@@ -60,7 +66,7 @@ class ResponseCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: Hashable) -> bytes | None:
+    def get(self, key: Hashable) -> V | None:
         if not self.enabled:
             return None
         entry = self._entries.get(key)
@@ -74,12 +80,12 @@ class ResponseCache:
         metrics.CACHE_MISSES.inc()
         return None
 
-    def put(self, key: Hashable, body: bytes, generation: int) -> bool:
-        """Store ``body`` unless the cache was invalidated since ``generation`` was read
+    def put(self, key: Hashable, value: V, generation: int) -> bool:
+        """Store ``value`` unless the cache was invalidated since ``generation`` was read
         (before the search asked PostgreSQL): then the answer may predate new plans."""
         if not self.enabled or generation != self.generation:
             return False
-        self._entries[key] = (self._clock() + self.ttl, body)
+        self._entries[key] = (self._clock() + self.ttl, value)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -106,7 +112,7 @@ class ResponseCache:
 
 
 async def invalidate_on(
-    cache: ResponseCache,
+    cache: ResponseCache[Any],
     url: str,
     started: asyncio.Event,
     *,
@@ -114,17 +120,25 @@ async def invalidate_on(
 ) -> None:
     """Empty ``cache`` on every ``plans_changed`` message and every gap, until cancelled.
     ``started`` is set once the first LISTEN succeeded or failed."""
+
+    def lost(reason: str) -> None:
+        log.warning("cache listener lost its connection (%s); cache bypassed", reason)
+        cache.set_listening(False, "listener")
+
     delay = RELISTEN_DELAY
     while True:
         try:
-            async with subscribe(url, PLANS_CHANGED, ping_interval=ping_interval) as sub:
+            async with subscribe(
+                url, PLANS_CHANGED, ping_interval=ping_interval, on_lost=lost
+            ) as sub:
                 cache.set_listening(True, "listener", sub.backend_pid)
                 started.set()
                 delay = RELISTEN_DELAY
                 async for item in sub:
-                    if isinstance(item, Gap):
-                        cache.listener_pid = sub.backend_pid  # a new session
-                    cache.invalidate("gap" if isinstance(item, Gap) else PLANS_CHANGED)
+                    if isinstance(item, Gap):  # listening again, on a new session
+                        cache.set_listening(True, "gap", sub.backend_pid)
+                    else:
+                        cache.invalidate(PLANS_CHANGED)
         except psycopg.OperationalError as exc:
             log.warning("cache listener cannot connect (%s); cache bypassed", _first_line(exc))
         except Exception:  # the top of a service loop: log, bypass the cache, listen again

@@ -10,6 +10,7 @@ from pgenough.api.errors import ApiConfigError
 
 DEFAULT_MAX_CONCURRENT_SEARCHES: Final = 8
 DEFAULT_SEARCH_TIMEOUT: Final = 2.0
+DEFAULT_STREAM_TIMEOUT: Final = 120.0
 DEFAULT_POOL_TIMEOUT: Final = 1.0
 DEFAULT_READY_TIMEOUT: Final = 1.0
 DEFAULT_CACHE_SIZE: Final = 256
@@ -27,6 +28,7 @@ class ApiConfig:
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
     max_concurrent_searches: int = DEFAULT_MAX_CONCURRENT_SEARCHES
     search_timeout: float = DEFAULT_SEARCH_TIMEOUT
+    stream_timeout: float = DEFAULT_STREAM_TIMEOUT
     pool_timeout: float = DEFAULT_POOL_TIMEOUT
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     cache_size: int = DEFAULT_CACHE_SIZE
@@ -44,7 +46,7 @@ class ApiConfig:
                 " the API keeps connections free for /health/ready; raise"
                 " PGENOUGH_POOL_MAX_SIZE or lower PGENOUGH_API_MAX_CONCURRENT_SEARCHES"
             )
-        for name in ("search_timeout", "pool_timeout", "ready_timeout"):
+        for name in ("search_timeout", "stream_timeout", "pool_timeout", "ready_timeout"):
             if not getattr(self, name) > 0:
                 raise ApiConfigError(f"api_{name} must be greater than 0")
         if self.cache_size < 0 or self.cache_ttl < 0 or self.search_delay < 0:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 from fastapi import Depends, Request
 from psycopg_pool import AsyncConnectionPool
@@ -12,6 +12,9 @@ from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache
 from pgenough.api.config import ApiConfig
 
+if TYPE_CHECKING:
+    from pgenough.api.answer import Answer
+
 
 @dataclass(frozen=True)
 class ApiState:
@@ -19,7 +22,7 @@ class ApiState:
 
     config: ApiConfig
     pool: AsyncConnectionPool
-    cache: ResponseCache
+    cache: ResponseCache[Answer]
     bulkhead: Bulkhead
 
 

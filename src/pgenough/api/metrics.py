@@ -4,6 +4,7 @@ the middleware that times every request by its route."""
 from __future__ import annotations
 
 import time
+from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,6 +22,12 @@ SEARCHES_IN_FLIGHT = Gauge("pgenough_api_searches_in_flight", "Searches running 
 SEARCH_TIMEOUTS = Counter(
     "pgenough_api_search_timeouts", "Searches cancelled by their statement timeout (503)."
 )
+STREAMS_CUT = Counter(
+    "pgenough_api_streams_cut",
+    "Searches without limit whose streamed body was cut (the client got a truncated "
+    "transfer), by reason (timeout, statement_timeout, database).",
+    ["reason"],
+)
 CACHE_HITS = Counter("pgenough_api_cache_hits", "First-page searches answered from the cache.")
 CACHE_MISSES = Counter(
     "pgenough_api_cache_misses", "First-page searches that had to ask PostgreSQL."
@@ -32,9 +39,19 @@ CACHE_INVALIDATIONS = Counter(
 )
 
 
+# RFC 9110's methods; any other name a client invents is counted as OTHER_METHOD, so
+# clients cannot add series to /metrics by making method names up.
+METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+OTHER_METHOD: Final = "other"
+UNMATCHED: Final = "unmatched"
+
+
 class RequestMetrics:
     """Times each request into ``REQUEST_DURATION``; the route is the matched path template
-    (``/search``), or ``unmatched`` for 404s, so the label set stays small."""
+    (``/search``), or ``unmatched`` for any path no route has, and a method outside
+    ``METHODS`` is ``other``, so the label set stays small whatever clients send."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -56,7 +73,8 @@ class RequestMetrics:
             await self.app(scope, receive, send_status)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            REQUEST_DURATION.labels(template, scope["method"], str(status)).observe(
+            template = getattr(route, "path", None) or UNMATCHED
+            method = scope["method"] if scope["method"] in METHODS else OTHER_METHOD
+            REQUEST_DURATION.labels(template, method, str(status)).observe(
                 time.perf_counter() - start
             )

@@ -1,4 +1,4 @@
-"""``GET /search``: parse, answer from the cache or PostgreSQL, send the bytes as they are."""
+"""``GET /search`` (and ``HEAD``): parse, then answer (``pgenough.api.answer``)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,33 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from pgenough.api import answer
 from pgenough.api.deps import ApiDep
 from pgenough.api.models import ErrorResponse, SearchResponse
-from pgenough.api.search import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, parse_query, run_search
+from pgenough.api.search import INSTANT_PATTERN, MAX_LIMIT, MAX_OFFSET, STREAM_PAGE, parse_query
 
 router = APIRouter()
 
 _INSTANT_SCHEMA: dict[str, Any] = {
-    "anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "date"}]
+    "type": "string",
+    "pattern": INSTANT_PATTERN,
+    "examples": ["2021-06-30T20:00:00Z", "2021-06-30T22:00:00.123456789+02:00", "2021-06-30"],
 }
+_INSTANT_FORMS = (
+    "An RFC 3339 date-time, with any number of fractional digits (read to the microsecond:"
+    " digits beyond are truncated; a leap second :60 is the next second); also accepted,"
+    " though RFC 3339 has none of them: a space for T, no seconds, no offset (UTC), an offset"
+    " as +0200 or +02 (a space before it is read as +, as an unencoded + arrives), and a plain"
+    " date YYYY-MM-DD (midnight UTC at its start). The pattern is exactly this syntax; the"
+    " date and time must also exist."
+)
 PARAMETERS: list[dict[str, Any]] = [
     {
         "name": "starts_at",
         "in": "query",
         "required": False,
         "schema": _INSTANT_SCHEMA,
-        "description": "Events that start at or after this instant. ISO-8601 date-time; "
-        "without an offset it is UTC. A plain date (YYYY-MM-DD) is midnight UTC.",
+        "description": f"Events that start at or after this instant. {_INSTANT_FORMS}",
     },
     {
         "name": "ends_at",
@@ -31,29 +41,41 @@ PARAMETERS: list[dict[str, Any]] = [
         "required": False,
         "schema": _INSTANT_SCHEMA,
         "description": "Events that end at or before this instant (an event without an end "
-        "matches only when ends_at is absent). ISO-8601 date-time; without an offset it is UTC. "
-        "A plain date (YYYY-MM-DD) is midnight UTC at its start.",
+        f"matches only when ends_at is absent). {_INSTANT_FORMS}",
     },
     {
         "name": "limit",
         "in": "query",
         "required": False,
-        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-        "description": "Events per page.",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+        "description": 'Events per page; the response has a Link header (rel="next") when '
+        "more follow. Absent: every matching event, in one response (streamed from "
+        f"PostgreSQL {STREAM_PAGE} at a time). Digits 0-9 only.",
     },
     {
         "name": "offset",
         "in": "query",
         "required": False,
         "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
-        "description": "Events to skip (pages after the first are never cached).",
+        "description": "Events to skip, for compatibility: PostgreSQL reads and drops every "
+        "skipped event, so a deep offset costs in proportion to it; the after cursor does not. "
+        "Digits 0-9 only. Not with after.",
+    },
+    {
+        "name": "after",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "Opaque cursor from the previous page's Link header: the page after its "
+        "last event, at the cost of the first page however deep. Refused (400) when edited, "
+        "or given with other starts_at/ends_at than it was made for.",
     },
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {
         "model": ErrorResponse,
-        "description": "INVALID_REQUEST: a bad date, bound, limit "
-        "or offset, or an unknown or repeated parameter.",
+        "description": "INVALID_REQUEST: a bad date, bound, limit, offset or cursor, or a "
+        "repeated parameter (parameters /search does not take are ignored).",
     },
     500: {"model": ErrorResponse, "description": "INTERNAL_ERROR, with a request id to quote."},
     503: {
@@ -62,38 +84,36 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "search timed out) or UNAVAILABLE (no database); retry after Retry-After seconds.",
     },
 }
-
-
-def json_bytes(body: bytes) -> Response:
-    return Response(body, media_type="application/json")
+_OK: dict[str, Any] = {
+    "model": SearchResponse,
+    "description": "The matching events: all of them without limit, else one page.",
+    "headers": {
+        "Link": {
+            "description": 'With limit, when more events follow: <URL>; rel="next", a URL '
+            "relative to this one, with an after cursor.",
+            "schema": {"type": "string"},
+        }
+    },
+}
 
 
 @router.get(
     "/search",
     summary="Events in a time range",
     response_class=JSONResponse,
-    responses={200: {"model": SearchResponse, "description": "One page of events."}, **_ERRORS},
+    responses={200: _OK, **_ERRORS},
     openapi_extra={"parameters": PARAMETERS},
 )
 async def search(request: Request, api: ApiDep) -> Response:
     """Ever-online plans that start at or after `starts_at` and end at or before `ends_at`
     (a plan without an end only when `ends_at` is absent), ordered by start, then id. Read
-    from PostgreSQL only, never from a provider."""
+    from PostgreSQL only, never from a provider. `HEAD /search` answers as GET does, without
+    the body."""
     query = parse_query(request.query_params.multi_items())
-    key = query.cache_key
-    if key is not None:
-        cached = api.cache.get(key)
-        if cached is not None:
-            return json_bytes(cached)
-    generation = api.cache.generation
-    async with api.bulkhead.slot():
-        body = await run_search(
-            api.pool,
-            query,
-            pool_timeout=api.config.pool_timeout,
-            search_timeout=api.config.search_timeout,
-            delay=api.config.search_delay,
-        )
-    if key is not None:
-        api.cache.put(key, body, generation)
-    return json_bytes(body)
+    return await answer.search(api, query, head=request.method == "HEAD")
+
+
+router.add_api_route("/search", search, methods=["HEAD"], include_in_schema=False)
+# Answered as /search, not redirected: Starlette's redirect would be built from the Host
+# header, which any client sets.
+router.add_api_route("/search/", search, methods=["GET", "HEAD"], include_in_schema=False)

@@ -1,14 +1,20 @@
-"""``/search``: its query parameters, parsed and checked (pure), and the one SQL statement
-that returns the whole response body, built by PostgreSQL.
+"""``/search``: its query parameters, parsed and checked (pure), and the keyset pages of
+events PostgreSQL builds for it.
 
-Parameters (anything else is refused; each at most once; an empty value counts as absent):
+Parameters (each at most once; an empty value counts as absent; any other parameter, such as
+a cache buster ``_=1622505600000``, is ignored):
 
-* ``starts_at``, ``ends_at``: ISO-8601 ``YYYY-MM-DDTHH:MM[:SS[.ffffff]]`` with an optional
-  offset (``Z``, ``+02:00``, ``+0200``, ``+02``); without one, UTC. ``T`` may be ``t`` or a
-  space. A space before the offset is read as ``+`` (an unencoded ``+`` in a query string
-  arrives as a space). A plain date ``YYYY-MM-DD`` means midnight UTC at its start: as
-  ``ends_at`` it excludes events ending later that day.
-* ``limit``: 1..500, default 50. ``offset``: 0..100000, default 0. Decimal digits only.
+* ``starts_at``, ``ends_at``: an RFC 3339 date-time (any number of fractional digits, read to
+  the microsecond: digits beyond are truncated; a leap second ``:60`` is the next second, as
+  PostgreSQL reads it), or one of these relaxations: ``T`` may be a space; seconds may be
+  left out; without an offset the time is UTC; an offset may be ``+0200`` or ``+02``; a
+  space before the offset is read as ``+`` (an unencoded ``+`` in a query string arrives as
+  a space); a plain date ``YYYY-MM-DD`` is midnight UTC at its start (as ``ends_at`` it
+  excludes events ending later that day). ``INSTANT_PATTERN`` is exactly this syntax.
+* ``limit``: 1..500; absent: every matching event, streamed. ``offset``: 0..100000,
+  default 0. ASCII decimal digits only (no sign).
+* ``after``: the cursor of a ``Link: <...>; rel="next"`` header (``pgenough.api.cursor``):
+  the page after the last event of the previous one. Not with ``offset``.
 
 An event matches when ``starts_at <= event start`` and ``event end <= ends_at``; an event
 without an end matches only when ``ends_at`` is absent. Only plans ever seen online; ordered by
@@ -18,32 +24,38 @@ start, then id.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgenough.api import metrics
-from pgenough.api.errors import InvalidRequest, TooBusy, Unavailable
+from pgenough.api import cursor
+from pgenough.api.cursor import Cursor
+from pgenough.api.errors import InvalidRequest
 from pgenough.core import named_queries
 
 Q: Final = named_queries("pgenough.api", "search")
 
-DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
 MAX_OFFSET: Final = 100_000
-PARAMETERS: Final = ("starts_at", "ends_at", "limit", "offset")
+STREAM_PAGE: Final = 1_000
+"""Events per keyset page of a search without ``limit`` (about 200 bytes each)."""
+PARAMETERS: Final = ("starts_at", "ends_at", "limit", "offset", "after")
 
-_INSTANT: Final = re.compile(
-    r"(?P<date>\d{4}-\d{2}-\d{2})"
-    r"(?:[Tt ](?P<time>\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)"
-    r"(?P<offset>[Zz]|[+\- ]\d{2}(?::?\d{2})?)?)?"
+_INSTANT_SYNTAX: Final = (
+    r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})"
+    r"(?:[Tt ](?P<hm>[0-9]{2}:[0-9]{2})(?::(?P<second>[0-9]{2})(?:\.(?P<fraction>[0-9]+))?)?"
+    r"(?P<offset>[Zz]|[+\- ][0-9]{2}(?::?[0-9]{2})?)?)?"
 )
-_DIGITS: Final = re.compile(r"-?[0-9]+")
+_INSTANT: Final = re.compile(_INSTANT_SYNTAX, re.ASCII)
+INSTANT_PATTERN: Final = "^" + re.sub(r"\?P<\w+>", "", _INSTANT_SYNTAX) + "$"
+"""The accepted syntax, as the OpenAPI document's (ECMA-262) pattern."""
+_DIGITS: Final = re.compile(r"[0-9]+", re.ASCII)
 _SHOWN: Final = 40  # characters of a bad value quoted back in an error message
+_NIL_ID: Final = uuid.UUID(int=0)  # below every plan id (they are version 3 UUIDs)
 
 
 @dataclass(frozen=True)
@@ -51,21 +63,55 @@ class SearchQuery:
     starts_at: datetime | None = None
     """UTC, or None for no lower bound."""
     ends_at: datetime | None = None
-    limit: int = DEFAULT_LIMIT
+    limit: int | None = None
+    """None: every matching event."""
     offset: int = 0
+    after: Cursor | None = None
 
     @property
-    def cache_key(self) -> tuple[datetime | None, datetime | None, int] | None:
+    def cache_key(self) -> tuple[datetime | None, datetime | None, int | None] | None:
         """First pages only: the normalised bounds and the limit."""
-        return (self.starts_at, self.ends_at, self.limit) if self.offset == 0 else None
+        if self.offset or self.after is not None:
+            return None
+        return (self.starts_at, self.ends_at, self.limit)
 
-    def sql_params(self) -> dict[str, Any]:
+    @property
+    def page_size(self) -> int:
+        return STREAM_PAGE if self.limit is None else self.limit
+
+    def sql_params(self, after: Cursor | None, offset: int) -> dict[str, Any]:
+        """The page of ``page_size`` events after ``after`` (skipping ``offset`` first)."""
         return {
             "starts_at": self.starts_at,
             "ends_at": self.ends_at,
-            "limit": self.limit,
-            "offset": self.offset,
+            "after_start": after.starts_at if after else None,
+            "after_id": after.id if after else _NIL_ID,
+            "limit": self.page_size,
+            "offset": offset,
         }
+
+    def next_link(self, after: Cursor) -> str:
+        """The relative URL of the page after ``after`` (never built from the Host header)."""
+        params = [
+            (name, value.isoformat().replace("+00:00", "Z"))
+            for name, value in (("starts_at", self.starts_at), ("ends_at", self.ends_at))
+            if value is not None
+        ]
+        if self.limit is not None:
+            params.append(("limit", str(self.limit)))
+        params.append(("after", cursor.encode(after, self.starts_at, self.ends_at)))
+        query = "&".join(f"{name}={value.replace('+', '%2B')}" for name, value in params)
+        return f"/search?{query}"
+
+
+@dataclass(frozen=True)
+class Page:
+    events: str
+    """The page's events as JSON objects joined by commas ("" when none)."""
+    more: bool
+    """More events follow ``last``."""
+    last: Cursor | None
+    """The key of the page's last event, when more follow."""
 
 
 def _show(value: str) -> str:
@@ -73,20 +119,29 @@ def _show(value: str) -> str:
 
 
 def parse_instant(name: str, value: str) -> datetime:
-    """An ISO-8601 date-time (or date) as an aware UTC datetime; ``InvalidRequest`` if not."""
+    """An instant as ``INSTANT_PATTERN`` has it, as an aware UTC datetime; ``InvalidRequest``
+    if not."""
     match = _INSTANT.fullmatch(value)
-    problem = "is not an ISO-8601 date-time (such as 2021-06-30T20:00:00Z) or date (2021-06-30)"
+    problem = "is not an RFC 3339 date-time (such as 2021-06-30T20:00:00Z) or date (2021-06-30)"
     if match is None:
         raise InvalidRequest(f"{name}: {_show(value)} {problem}")
     text = match["date"]
-    if match["time"]:
+    leap = False
+    if match["hm"]:
+        second = match["second"] or "00"
+        leap = second == "60"
+        fraction = match["fraction"]
         offset = match["offset"] or ""
         if offset.startswith(" "):
             offset = "+" + offset[1:]
-        text = f"{text}T{match['time']}{offset.upper()}"
+        text += f"T{match['hm']}:{'59' if leap else second}"
+        text += f".{fraction[:6].ljust(6, '0')}" if fraction else ""
+        text += offset.upper()
     try:
         instant = datetime.fromisoformat(text)
-    except ValueError as exc:
+        if leap:
+            instant += timedelta(seconds=1)
+    except (ValueError, OverflowError) as exc:
         raise InvalidRequest(f"{name}: {_show(value)} is not a valid date-time: {exc}") from None
     if instant.tzinfo is None:
         return instant.replace(tzinfo=UTC)
@@ -97,9 +152,13 @@ def parse_instant(name: str, value: str) -> datetime:
 
 
 def parse_int(name: str, value: str, low: int, high: int) -> int:
+    """``value`` as ASCII decimal digits (leading zeros allowed, no sign) in low..high."""
     if _DIGITS.fullmatch(value) is None:
-        raise InvalidRequest(f"{name}: {_show(value)} is not an integer")
-    number = int(value) if len(value) <= 12 else high + 1
+        raise InvalidRequest(
+            f"{name}: {_show(value)} is not a whole number written in digits 0-9 (no sign)"
+        )
+    significant = value.lstrip("0") or "0"
+    number = int(significant) if len(significant) <= len(str(high)) else high + 1
     if not low <= number <= high:
         raise InvalidRequest(f"{name}: must be between {low} and {high}, not {_show(value)}")
     return number
@@ -110,9 +169,7 @@ def parse_query(items: Iterable[tuple[str, str]]) -> SearchQuery:
     given: dict[str, str] = {}
     for name, value in items:
         if name not in PARAMETERS:
-            raise InvalidRequest(
-                f"unknown parameter {_show(name)}; /search takes {', '.join(PARAMETERS)}"
-            )
+            continue  # a client's own parameter (a cache buster): not ours to refuse
         if name in given:
             raise InvalidRequest(f"parameter {name} given more than once")
         given[name] = value
@@ -120,46 +177,31 @@ def parse_query(items: Iterable[tuple[str, str]]) -> SearchQuery:
     ends = given.get("ends_at") or None
     limit = given.get("limit") or None
     offset = given.get("offset") or None
-    query = SearchQuery(
-        starts_at=parse_instant("starts_at", starts) if starts else None,
-        ends_at=parse_instant("ends_at", ends) if ends else None,
-        limit=parse_int("limit", limit, 1, MAX_LIMIT) if limit else DEFAULT_LIMIT,
-        offset=parse_int("offset", offset, 0, MAX_OFFSET) if offset else 0,
-    )
-    if query.starts_at and query.ends_at and query.ends_at < query.starts_at:
+    after = given.get("after") or None
+    starts_at = parse_instant("starts_at", starts) if starts else None
+    ends_at = parse_instant("ends_at", ends) if ends else None
+    if starts_at and ends_at and ends_at < starts_at:
         raise InvalidRequest(
-            f"ends_at ({query.ends_at.isoformat()}) is before starts_at"
-            f" ({query.starts_at.isoformat()})"
+            f"ends_at ({ends_at.isoformat()}) is before starts_at ({starts_at.isoformat()})"
         )
-    return query
+    if after and offset:
+        raise InvalidRequest("after and offset cannot be combined: the cursor says where to start")
+    return SearchQuery(
+        starts_at=starts_at,
+        ends_at=ends_at,
+        limit=parse_int("limit", limit, 1, MAX_LIMIT) if limit else None,
+        offset=parse_int("offset", offset, 0, MAX_OFFSET) if offset else 0,
+        after=cursor.decode(after, starts_at, ends_at) if after else None,
+    )
 
 
-async def run_search(
-    pool: AsyncConnectionPool,
-    query: SearchQuery,
-    *,
-    pool_timeout: float,
-    search_timeout: float,
-    delay: float = 0.0,
-) -> bytes:
-    """The response body of ``query``, from PostgreSQL. The connection's statement_timeout
-    (set when the pool connects) bounds the search: past it, ``TooBusy``."""
-    try:
-        async with pool.connection(timeout=pool_timeout) as conn:
-            if delay:
-                await conn.execute(Q["delay"], {"seconds": delay})
-            cur = await conn.execute(Q["search"], query.sql_params())
-            row = await cur.fetchone()
-    except psycopg.errors.QueryCanceled as exc:
-        metrics.SEARCH_TIMEOUTS.inc()
-        raise TooBusy(
-            f"the search did not finish within {search_timeout:g} s;"
-            " retry later or narrow the range"
-        ) from exc
-    except PoolTimeout as exc:
-        raise Unavailable("no database connection is available; retry later") from exc
-    except psycopg.OperationalError as exc:
-        raise Unavailable("the database cannot be reached; retry later") from exc
+async def fetch_page(
+    conn: psycopg.AsyncConnection[Any], query: SearchQuery, after: Cursor | None, offset: int
+) -> Page:
+    """One page of ``query`` after ``after``, skipping ``offset`` events first."""
+    cur = await conn.execute(Q["page"], query.sql_params(after, offset))
+    row = await cur.fetchone()
     assert row is not None  # an aggregate always returns one row
-    body: str = row[0]
-    return body.encode()
+    events, more, last_start, last_id = row
+    last = Cursor(last_start, uuid.UUID(last_id)) if more else None
+    return Page(events or "", bool(more), last)

@@ -1,5 +1,6 @@
-"""uvicorn's server, taught to end the dashboard's live streams when it stops (and, as every
-pgenough server, to exit 0 after a graceful stop: ``pgenough.httpserver``).
+"""uvicorn's server, taught to end the dashboard's live streams when it stops, and not to log
+an error for a search stream it cut on purpose (``pgenough.api.answer``); and, as every
+pgenough server, to exit 0 after a graceful stop (``pgenough.httpserver``).
 
 An event stream never finishes on its own, and uvicorn waits for every open response before
 it runs the lifespan's shutdown (where the streams would otherwise end): without this a
@@ -8,15 +9,22 @@ browser with the dashboard open would hold ``pgenough api`` up until it is kille
 
 from __future__ import annotations
 
+import logging
 import socket
+from typing import Any
 
 from fastapi import FastAPI
 
+from pgenough.api.answer import IncompleteFilter
 from pgenough.api.ui import end_streams
 from pgenough.httpserver import GracefulServer
 
 
 class ApiServer(GracefulServer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        logging.getLogger("uvicorn.error").addFilter(IncompleteFilter())
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         app = self.config.app
         if isinstance(app, FastAPI):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -81,6 +81,7 @@ class Subscription:
         ping_interval: float = DEFAULT_PING_INTERVAL,
         reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
         application_name: str = "pgenough-subscriber",
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         if not channels:
             raise ValueError("subscribe to at least one channel")
@@ -89,6 +90,10 @@ class Subscription:
         self.ping_interval = ping_interval
         self.reconnect_max_delay = reconnect_max_delay
         self.application_name = application_name
+        self.on_lost = on_lost
+        """Called with the reason as soon as the connection is found lost, before the
+        reconnect attempts (which may take long): for a subscriber that must stop trusting
+        what it holds at once, not only at the ``Gap`` that follows the reconnect."""
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.reconnects = 0
 
@@ -175,14 +180,20 @@ class Subscription:
             try:
                 messages = await self._receive()
             except (psycopg.OperationalError, TimeoutError) as exc:
-                yield await self._reconnect(f"{type(exc).__name__}: {exc}".strip())
+                reason = f"{type(exc).__name__}: {exc}".strip()
+                if self.on_lost is not None:
+                    self.on_lost(reason)
+                yield await self._reconnect(reason)
                 continue
             for message in messages:
                 yield message
 
 
 def subscribe(
-    url: str, *channels: str, ping_interval: float = DEFAULT_PING_INTERVAL
+    url: str,
+    *channels: str,
+    ping_interval: float = DEFAULT_PING_INTERVAL,
+    on_lost: Callable[[str], None] | None = None,
 ) -> Subscription:
     """Subscribe to ``channels`` on a dedicated connection to ``url``::
 
@@ -193,4 +204,4 @@ def subscribe(
             else:
                 print(item.channel, item.payload)
     """
-    return Subscription(url, channels, ping_interval=ping_interval)
+    return Subscription(url, channels, ping_interval=ping_interval, on_lost=on_lost)

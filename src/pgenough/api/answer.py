@@ -1,0 +1,216 @@
+"""A ``/search`` answer: one page, the whole range in one piece, or the whole range streamed.
+
+* With ``limit``: one page of at most ``limit`` events, and ``Link: <...>; rel="next"`` (a
+  relative URL with an ``after`` cursor) when more follow.
+* Without ``limit``: every matching event. The first keyset page of ``STREAM_PAGE`` events is
+  read before anything is sent, so an error there is still an error response; when it holds
+  everything the answer is sent (and cached) in one piece. Otherwise the answer is streamed
+  page by page from one snapshot (``REPEATABLE READ READ ONLY``), so the API holds one page
+  at a time however many events match. While it streams, the search keeps its bulkhead slot
+  and its connection; each page is bounded by the statement timeout and the whole stream by
+  ``stream_timeout``.
+
+A stream cut after its status line was sent (a page past its statement timeout, the stream
+past ``stream_timeout``, the database gone) cannot become an error response: the connection
+is closed before the body is complete (no final chunk), so the client sees a truncated
+transfer and a body that is not valid JSON, never a short list that looks whole. The cut is
+logged on one line and counted in ``pgenough_api_streams_cut_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Final
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import PoolTimeout
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from pgenough.api import metrics
+from pgenough.api.deps import ApiState
+from pgenough.api.errors import TooBusy, Unavailable
+from pgenough.api.search import Page, Q, SearchQuery, fetch_page
+
+log = logging.getLogger(__name__)
+
+PREFIX: Final = b'{"data":{"events":['
+SUFFIX: Final = b']},"error":null}'
+MEDIA_TYPE: Final = "application/json"
+INCOMPLETE: Final = "ASGI callable returned without completing response."
+"""What uvicorn logs when an app ends a response early, as a cut stream does on purpose."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A complete answer, as the cache keeps it."""
+
+    body: bytes
+    next_link: str | None = None
+
+    def response(self) -> Response:
+        headers = {"link": f'<{self.next_link}>; rel="next"'} if self.next_link else None
+        return Response(self.body, headers=headers, media_type=MEDIA_TYPE)
+
+
+def answer_of(page: Page, query: SearchQuery) -> Answer:
+    link = query.next_link(page.last) if page.last is not None else None
+    return Answer(PREFIX + page.events.encode() + SUFFIX, link)
+
+
+@contextlib.contextmanager
+def database_errors(search_timeout: float) -> Iterator[None]:
+    """What the database's failures mean to the client, before the answer has started."""
+    try:
+        yield
+    except psycopg.errors.QueryCanceled as exc:
+        metrics.SEARCH_TIMEOUTS.inc()
+        raise TooBusy(
+            f"the search did not finish within {search_timeout:g} s;"
+            " retry later or narrow the range"
+        ) from exc
+    except PoolTimeout as exc:
+        raise Unavailable("no database connection is available; retry later") from exc
+    except psycopg.OperationalError as exc:
+        raise Unavailable("the database cannot be reached; retry later") from exc
+
+
+async def _end_snapshot(conn: psycopg.AsyncConnection[Any]) -> None:
+    # Read only: nothing to commit, and ROLLBACK also ends a transaction a failed page left.
+    if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        with contextlib.suppress(psycopg.Error):  # a broken connection: the pool discards it
+            await conn.execute(Q["end_snapshot"])
+
+
+async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Response:
+    """The response to ``query``: from the cache, in one piece, or streamed."""
+    key = query.cache_key
+    if key is not None:
+        cached = api.cache.get(key)
+        if cached is not None:
+            return cached.response()
+    generation = api.cache.generation
+    config = api.config
+    streamed = query.limit is None
+    stack = AsyncExitStack()
+    try:
+        await stack.enter_async_context(api.bulkhead.slot())
+        with database_errors(config.search_timeout):
+            conn = await stack.enter_async_context(api.pool.connection(timeout=config.pool_timeout))
+            if config.search_delay:
+                await conn.execute(Q["delay"], {"seconds": config.search_delay})
+            if streamed:
+                await conn.execute(Q["snapshot"])
+                stack.push_async_callback(_end_snapshot, conn)
+            page = await fetch_page(conn, query, query.after, query.offset)
+        if not (streamed and page.more):
+            await stack.aclose()
+            answer = answer_of(page, query)
+            if key is not None:
+                api.cache.put(key, answer, generation)
+            return answer.response()
+    except BaseException:
+        await stack.aclose()
+        raise
+    return Stream(query, conn, page, stack, config.stream_timeout, head=head)
+
+
+class Stream(Response):
+    """Every event of ``query`` after ``first``, page by page (see the module's docstring).
+    Owns ``stack`` (the bulkhead slot, the connection and its snapshot): closed when the
+    stream ends, however it ends."""
+
+    media_type = MEDIA_TYPE
+
+    def __init__(
+        self,
+        query: SearchQuery,
+        conn: psycopg.AsyncConnection[Any],
+        first: Page,
+        stack: AsyncExitStack,
+        timeout: float,
+        *,
+        head: bool = False,
+    ) -> None:
+        super().__init__(None, media_type=MEDIA_TYPE)
+        # No Content-Length: the length is known only at the end (chunked transfer).
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.query = query
+        self.conn = conn
+        self.first = first
+        self.stack = stack
+        self.timeout = timeout
+        self.head = head
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self.stack:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            if self.head:
+                await send({"type": "http.response.body", "body": b""})
+                return
+            gone = asyncio.Event()
+            watcher = asyncio.create_task(_until_disconnect(receive, gone))
+            try:
+                await self._stream(send, gone)
+            finally:
+                watcher.cancel()
+
+    async def _stream(self, send: Send, gone: asyncio.Event) -> None:
+        started = time.monotonic()
+        page, pages = self.first, 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = PREFIX + page.events.encode()
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                while page.last is not None:
+                    page = await fetch_page(self.conn, self.query, page.last, 0)
+                    pages += 1
+                    if gone.is_set():
+                        return  # the client left: nobody to send the rest to
+                    body = b"," + page.events.encode() if page.events else b""
+                    if page.last is None:
+                        await send({"type": "http.response.body", "body": body + SUFFIX})
+                        return
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+            return
+        except TimeoutError:
+            reason, why = "timeout", f"past PGENOUGH_API_STREAM_TIMEOUT ({self.timeout:g} s)"
+        except psycopg.errors.QueryCanceled:
+            metrics.SEARCH_TIMEOUTS.inc()
+            reason, why = "statement_timeout", "a page ran past PGENOUGH_API_SEARCH_TIMEOUT"
+        except psycopg.OperationalError as exc:
+            reason, why = "database", f"the database connection failed ({_first_line(exc)})"
+        metrics.STREAMS_CUT.labels(reason).inc()
+        log.warning(
+            "search stream cut at page %d after %.1f s: %s; the client gets a truncated body",
+            pages,
+            time.monotonic() - started,
+            why,
+        )
+        # Returning without the final body message makes the server close the connection
+        # without the last chunk: the client cannot take the partial body for a whole one.
+
+
+async def _until_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class IncompleteFilter(logging.Filter):
+    """Drops uvicorn's error line for a response ended early: a cut stream logs its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != INCOMPLETE
