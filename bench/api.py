@@ -32,6 +32,9 @@ Scenarios (each ``--duration`` seconds; load generator ``wrk -t1 -c64 --latency
 --timeout 5s`` with a Lua script that builds every request; a Lua ``done`` hook prints
 wrk's exact figures as JSON):
 
+Every ``/search`` the wrk scenarios send has ``limit=50``: the page size these scenarios have
+always measured (``/search``'s default before it answered every event without ``limit``).
+
 - ``trivial``: ``GET /health/live`` (a constant body, no database): the framework ceiling.
 - ``hot``: five fixed first-page ranges (offset 0, 1-30 day windows), cycled; each is
   requested once before the clock starts, so every timed request is a cache hit (steady
@@ -54,6 +57,19 @@ wrk's exact figures as JSON):
 - ``cold@1000 during process``: the same at 1,000/s while the process worker applies that
   snapshot to ``pgenough.plans`` (started once its first chunk is claimed). Each
   ingestion scenario prints how much of its window the phase actually covered.
+
+Then, without wrk:
+
+- **whole ranges without limit**: one client reads ``/search?ends_at=E`` (E: the start of the
+  10,001st event, so about 10,000 events) and then ``/search`` (every event of the table) to
+  the end, counting events and bytes, while a thread samples the API process's ``VmRSS``
+  every 10 ms: its RSS before and its peak, per range. Baseline in the same run: the same
+  keyset pages read by psycopg straight from PostgreSQL (``raw pages``), so ``API / raw`` is
+  what HTTP and the API add. Target: peak RSS for every event / for 10k <= 1.25 (flat).
+- **deep pages** (wrk, closed loop, one fixed path each): ``limit=50&offset=100000``
+  against the same page by cursor (the ``after=`` of the Link of the page at offset 99,950;
+  checked to be the same bytes), and ``offset=1`` (near the start, not cached) for scale.
+  With ``--quick`` the depth is the number of events minus 50.
 
 Figures per scenario:
 
@@ -93,6 +109,7 @@ import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -107,6 +124,8 @@ from bench.ingest import (
     up,
 )
 
+from pgenough.api.search import Q as SEARCH_Q
+from pgenough.api.search import SearchQuery, fetch_page
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +134,11 @@ DEFAULT_PLANS = 1_000_000
 QUICK_PLANS = 100_000
 CONNECTIONS = 64
 FIXED_RATE = 1_000
+PAGE = 50  # the page every wrk scenario asks for (/search's default before it sent everything)
+DEEP = 100_000  # the offset the cursor is compared at
+SMALL_RANGE = 10_000  # events in the smaller streamed range
+RSS_SAMPLE_EVERY = 0.01
+TARGET_STREAM_RSS_GROWTH = 1.25
 PROCESS_CONCURRENCY = 2
 CACHE_TTL = "60"
 READY_TIMEOUT = 90.0
@@ -164,7 +188,7 @@ end
 function request()
   local s = first + math.random(0, span - 1)
   local e = s + math.random(86400, 30 * 86400)
-  local path = string.format("/search?starts_at=%s&ends_at=%s&offset=%d",
+  local path = string.format("/search?starts_at=%s&ends_at=%s&limit=50&offset=%d",
     os.date("!%Y-%m-%dT%H:%M:%SZ", s), os.date("!%Y-%m-%dT%H:%M:%SZ", e),
     math.random(0, 1000))
   return wrk.format("GET", path)
@@ -276,12 +300,18 @@ class Api:
                 self.proc.wait()
 
 
+def hot_path(start: str, end: str) -> str:
+    return f"/search?starts_at={start}&ends_at={end}&limit={PAGE}"
+
+
 def lua_script(kind: str, rate: int | None) -> str:
     if kind == "trivial":
         body = LUA_FIXED.replace("@PATHS@", '"/health/live"')
     elif kind == "hot":
-        paths = ", ".join(f'"/search?starts_at={s}&ends_at={e}"' for s, e in HOT_RANGES)
+        paths = ", ".join(f'"{hot_path(s, e)}"' for s, e in HOT_RANGES)
         body = LUA_FIXED.replace("@PATHS@", paths)
+    elif kind.startswith("/"):  # one fixed path
+        body = LUA_FIXED.replace("@PATHS@", json.dumps(kind))
     else:
         body = LUA_COLD
     if rate is not None:
@@ -292,11 +322,11 @@ def lua_script(kind: str, rate: int | None) -> str:
 def run_wrk(
     api: Api, name: str, kind: str, duration: int, tmp: Path, seed: int, rate: int | None = None
 ) -> Result:
-    script = tmp / f"{kind}-{seed}.lua"
+    script = tmp / f"{re.sub(r'[^A-Za-z0-9@=.-]', '_', name)}-{seed}.lua"
     script.write_text(lua_script(kind, rate))
     if kind == "hot":  # steady state: each range cached before the clock starts
         for start, end in HOT_RANGES:
-            http_get(f"{api.base}/search?starts_at={start}&ends_at={end}")
+            http_get(api.base + hot_path(start, end))
     hits0, misses0 = api.cache_counts()
     command = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "--timeout", "5s"]
     out = subprocess.run(
@@ -505,6 +535,134 @@ def during_ingestion(
     return results
 
 
+# --- whole ranges streamed, and deep pages ----------------------------------------------------
+
+
+def vmrss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+@dataclass
+class Streamed:
+    name: str
+    events: int
+    megabytes: float
+    seconds: float
+    rss_before_kib: int
+    rss_peak_kib: int
+    raw_seconds: float
+    """The same keyset pages read by psycopg straight from PostgreSQL (no HTTP, no API)."""
+
+
+def stream_range(api: Api, name: str, path: str) -> tuple[int, int, float, int, int]:
+    """GET ``path`` to the end, counting events and bytes, while sampling the API's RSS."""
+    pid = api.proc.pid
+    before = vmrss_kib(pid)
+    peak = before
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, vmrss_kib(pid))
+            time.sleep(RSS_SAMPLE_EVERY)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    events = size = 0
+    tail = last = b""
+    marker = b'{"id" : '
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(api.base + path, timeout=300) as resp:
+            while chunk := resp.read(1 << 20):
+                size += len(chunk)
+                events += (tail + chunk).count(marker) - tail.count(marker)
+                tail = chunk[-len(marker) :]
+                last = chunk
+    finally:
+        done.set()
+        sampler.join()
+    seconds = time.perf_counter() - started
+    if not last.endswith(b']},"error":null}'):
+        raise RuntimeError(f"{name}: the body did not end as a complete response")
+    return events, size, seconds, before, peak
+
+
+async def raw_pages(url: str, query: SearchQuery) -> float:
+    """Seconds psycopg takes to read every keyset page of ``query`` from PostgreSQL."""
+    started = time.perf_counter()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(SEARCH_Q["snapshot"])
+        page = await fetch_page(conn, query, None, 0)
+        while page.last is not None:
+            page = await fetch_page(conn, query, page.last, 0)
+        await conn.execute(SEARCH_Q["end_snapshot"])
+    return time.perf_counter() - started
+
+
+def small_range(url: str) -> tuple[str, datetime]:
+    """An ends_at that holds about SMALL_RANGE events from the first one."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT starts_at FROM pgenough.plans WHERE ever_online AND ends_at IS NOT NULL"
+            " ORDER BY starts_at, id OFFSET %s LIMIT 1",
+            (SMALL_RANGE,),
+        ).fetchone()
+    if row is None:
+        raise RuntimeError(f"fewer than {SMALL_RANGE:,} events loaded")
+    end: datetime = row[0].astimezone(UTC).replace(microsecond=0)
+    return end.strftime("%Y-%m-%dT%H:%M:%SZ"), end
+
+
+def streamed_ranges(api: Api, url: str) -> list[Streamed]:
+    """Every event of a ~10k-event range, then of the whole table, without limit."""
+    text, end = small_range(url)
+    results = []
+    for name, path, query in (
+        ("~10k events", f"/search?ends_at={text}", SearchQuery(ends_at=end)),
+        ("every event", "/search", SearchQuery()),
+    ):
+        events, size, seconds, before, peak = stream_range(api, name, path)
+        raw = asyncio.run(raw_pages(url, query))
+        r = Streamed(name, events, size / 1e6, seconds, before, peak, raw)
+        print(
+            f"  {name:<12} {r.events:>9,} events {down(r.megabytes, 1):>7} MB"
+            f" in {up(r.seconds, 2):>6} s ({down(r.events / r.seconds):>8} events/s;"
+            f" raw pages {up(r.raw_seconds, 2)} s, API / raw {up(r.seconds / r.raw_seconds, 2)});"
+            f" API RSS {r.rss_before_kib / 1024:.1f} -> peak {r.rss_peak_kib / 1024:.1f} MiB",
+            flush=True,
+        )
+        results.append(r)
+    return results
+
+
+def deep_pages(api: Api, duration: int, tmp: Path, events: int) -> list[Result]:
+    """limit=PAGE at offset DEEP against the same page by cursor, under wrk."""
+    depth = min(DEEP, events - PAGE)
+    # The cursor of the page before: its Link leads to the page the offset asks for.
+    with urllib.request.urlopen(f"{api.base}/search?limit={PAGE}&offset={depth - PAGE}") as r:
+        cursor_path = r.headers["link"].split(";")[0].strip("<> ")
+    _, by_offset = http_get(f"{api.base}/search?limit={PAGE}&offset={depth}")
+    _, by_cursor = http_get(api.base + cursor_path)
+    if by_offset != by_cursor:
+        raise RuntimeError("the page by cursor is not the page by offset")
+    results = []
+    for name, path in (
+        (f"offset={depth}", f"/search?limit={PAGE}&offset={depth}"),
+        (f"cursor@{depth}", cursor_path),
+        ("offset=1", f"/search?limit={PAGE}&offset=1"),  # near the start, not cached
+    ):
+        r = run_wrk(api, name, path, duration, tmp, 0)
+        show(r)
+        results.append(r)
+    return results
+
+
 # --- summary ----------------------------------------------------------------------------------
 
 
@@ -513,8 +671,22 @@ def verdict(what: str, met: bool, measured: str) -> bool:
     return met
 
 
-def summary(by: dict[str, Result]) -> None:
+def summary(by: dict[str, Result], streamed: list[Streamed]) -> None:
     print("\nratios (same run) and targets:")
+    small, whole = streamed
+    growth = whole.rss_peak_kib / small.rss_peak_kib
+    verdict(
+        f"API peak RSS, every event / ~10k events <= {TARGET_STREAM_RSS_GROWTH:g} (flat)",
+        growth <= TARGET_STREAM_RSS_GROWTH,
+        f"{up(growth, 3)} = {whole.rss_peak_kib / 1024:.1f} / {small.rss_peak_kib / 1024:.1f} MiB"
+        f" for {whole.events:,} / {small.events:,} events",
+    )
+    offset, cursor, near = (r for name, r in by.items() if name.startswith(("offset=", "cursor@")))
+    print(
+        f"  {cursor.name} / {offset.name} 2xx rps: {down(cursor.ok_rps / offset.ok_rps, 2)};"
+        f" p50 {up(offset.p50_ms, 2)} ms by offset, {up(cursor.p50_ms, 2)} ms by cursor,"
+        f" {up(near.p50_ms, 2)} ms at offset=1"
+    )
     hot = by["hot"].ok_rps / by["trivial"].ok_rps
     verdict(
         f"hot / trivial 2xx rps >= {TARGET_HOT_RATIO}",
@@ -617,10 +789,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ):
                     by[rname] = run_wrk(api, rname, kind, args.duration, tmp, seed, rate)
                     show(by[rname])
+                print("\nwhole ranges without limit (streamed):", flush=True)
+                streamed = streamed_ranges(api, db_url)
+                print(f"\ndeep pages (limit={PAGE}):", flush=True)
+                for r in deep_pages(api, args.duration, tmp, streamed[1].events):
+                    by[r.name] = r
                 if not args.skip_ingestion:
                     for r in during_ingestion(api, db_url, args.plans, args.duration, tmp, tmp):
                         by[r.name] = r
-                summary(by)
+                summary(by, streamed)
         except BaseException:
             for log in sorted(tmp.glob("*.log")):
                 print(f"--- {log.name} (tail)", file=sys.stderr)
