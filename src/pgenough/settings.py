@@ -181,6 +181,12 @@ class Settings(BaseSettings):
     ui_statement_timeout: float = Field(
         default=3.0, gt=0, description="Seconds a dashboard query may run (statement_timeout)."
     )
+    ui_allowed_hosts: str = Field(
+        default="",
+        description="Host names the dashboard answers to, comma-separated (ports ignored; * for"
+        " any), besides loopback names and api_host unless that is a wildcard such as 0.0.0.0;"
+        " other Host headers get 421 (against DNS rebinding).",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -81,7 +81,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(health.router)
     if ui_config.enabled:
-        ui.install(app)
+        ui.install(app, ui_config)
     return app
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pgenough.api.errors import ApiConfigError
+from pgenough.api.ui.hosts import LOOPBACK_ONLY, AllowedHosts
 
 DEFAULT_TICK: Final = 5.0
 DEFAULT_STATEMENT_TIMEOUT: Final = 3.0
@@ -31,6 +32,8 @@ class UiConfig:
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
     max_clients: int = DEFAULT_MAX_CLIENTS
     """Browsers following the live overview at once; more get 503."""
+    allowed_hosts: AllowedHosts = LOOPBACK_ONLY
+    """``Host`` names the dashboard answers to, besides loopback ones (``api/ui/hosts.py``)."""
     runs_page: int = DEFAULT_RUNS_PAGE
     jobs_page: int = DEFAULT_JOBS_PAGE
 
