@@ -152,11 +152,11 @@ def migrate_cmd(
         )
         try:
             async with pool.connection() as conn:
-                applied = await migrate(conn, [PLANS_MIGRATIONS])
+                from pgenough.api import MIGRATIONS, grant_api_role  # FastAPI: slow to import
+
+                applied = await migrate(conn, MIGRATIONS)
                 created = None
                 if api_role:
-                    from pgenough.api import grant_api_role  # FastAPI: slow to import
-
                     created = await grant_api_role(conn, api_role, api_password)
                 return (
                     await schema_version(conn),

@@ -34,6 +34,8 @@ from pgenough.settings import Settings
 log = logging.getLogger(__name__)
 
 POOL_MIN_SIZE: Final = 2
+MIGRATIONS: Final = (PLANS_MIGRATIONS, ui.MIGRATIONS)
+"""The schema tracks above the core that the API serves from: the plans and the dashboard's."""
 LISTEN_START_TIMEOUT: Final = 10.0
 
 
@@ -123,7 +125,7 @@ async def prepare_database(url: str, *, migrate_schema: bool) -> None:
         async with pool.connection() as conn:
             if migrate_schema:
                 try:
-                    await migrate(conn, [PLANS_MIGRATIONS])
+                    await migrate(conn, MIGRATIONS)
                 except MigrationError as exc:
                     if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
                         raise DatabaseError(

@@ -2,8 +2,8 @@
 
 Pages read through ``plans.inspect`` and the core's job reads (``list_jobs``, ``get_job``) on
 the dashboard's own pool; actions change state only through inspect's repairs, then redirect
-(303) back with a flash message. Every route first checks the login (``Authed``); actions also
-check that they are enabled and the CSRF token.
+(303) back with a flash message. Every route first checks the login (``Authed``, through
+``sessions``); actions also check that they are enabled and the CSRF token.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from pgenough.api.ui import params
+from pgenough.api.ui import params, sessions
 from pgenough.api.ui.auth import (
     FLASH_COOKIE,
     FLASH_MAX_AGE,
     SESSION_COOKIE,
-    SESSION_MAX_AGE,
     BadForm,
     Flash,
     read_form,
@@ -47,7 +46,7 @@ async def get_ui(request: Request) -> UiState:
 
 async def require_login(request: Request) -> UiState:
     ui = cast(UiState, request.app.state.ui)
-    if not ui.auth.authenticated(request):
+    if not await sessions.signed_in(ui, request):
         raise LoginRequired
     return ui
 
@@ -275,7 +274,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
 
     async def action(request: Request, ui: UiState) -> dict[str, str]:
         """The form of a permitted, genuine action; else 401, 403 or 400."""
-        if not ui.auth.authenticated(request):
+        if not await sessions.signed_in(ui, request):
             raise LoginRequired
         if not ui.config.actions:
             raise forbidden(
@@ -338,7 +337,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
     @router.get("/login")
     async def login_form(request: Request, ui: UiDep, next: str = "/ui") -> Response:
         goal = target(next, title=params.FILTER)
-        if not ui.auth.required or ui.auth.authenticated(request):
+        if await sessions.signed_in(ui, request):
             return RedirectResponse(goal, status_code=303)
         return page(request, ui, "login.html", {"next": goal, "error": None})
 
@@ -353,7 +352,18 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
             raise forbidden("the login form is stale or came from another site: reload it")
         if not ui.auth.required:
             return RedirectResponse(goal, status_code=303)
+        try:
+            client = sessions.check_throttle(ui, request)
+        except UiError as exc:
+            refused = page(
+                request, ui, "login.html", {"next": goal, "error": exc.message}, status=429
+            )
+            refused.headers.update(exc.headers)
+            return refused
+        # No await from the throttle's check to its record: concurrent guesses cannot slip
+        # between them.
         if not ui.auth.token_matches(form.get("token", "")):
+            ui.throttle.failed(client)
             return page(
                 request,
                 ui,
@@ -361,11 +371,12 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 {"next": goal, "error": "That is not the dashboard's token."},
                 status=401,
             )
+        ui.throttle.succeeded(client)
         response = RedirectResponse(goal, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
             ui.auth.new_session(),
-            max_age=SESSION_MAX_AGE,
+            max_age=int(ui.config.session_max_age),
             path="/ui",
             httponly=True,
             samesite="strict",
@@ -381,6 +392,10 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
             raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
         if not ui.auth.csrf_valid(request, form):
             raise forbidden("the form is stale or came from another site: reload the page")
+        session = ui.auth.session(request.cookies.get(SESSION_COOKIE))
+        if session is not None:
+            async with connection(ui) as conn:
+                await sessions.revoke(conn, session)
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/ui")
         return response
