@@ -20,7 +20,7 @@ import psycopg
 from fastapi import FastAPI
 
 from pgenough import __version__
-from pgenough.api import errors, health, routes, ui
+from pgenough.api import docs, errors, health, routes, ui
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
 from pgenough.api.config import ApiConfig
@@ -77,8 +77,11 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         summary="Events from the canonical plans, read from PostgreSQL only.",
         lifespan=lifespan,
+        docs_url=None,  # served by api/docs.py, without a CDN
+        redoc_url=None,
     )
     errors.install(app)
+    docs.install(app)
     app.add_middleware(RequestMetrics)
     app.include_router(routes.router)
     app.include_router(health.router)
