@@ -16,6 +16,7 @@ from pgenough.core import enqueue, get_job
 from pgenough.settings import Settings
 from tests.api.helpers import free_port
 from tests.api.test_cli import PGENOUGH
+from tests.ui.browser import chromium_page, require_browser
 from tests.ui.conftest import ui_settings
 from tests.ui.server import UiServer
 
@@ -144,3 +145,31 @@ def test_a_bad_allowed_host_stops_the_api_with_one_line(worker_env: dict[str, st
         "error: invalid configuration: ui_allowed_hosts: 'http://x' is not a host name"
         " (comma-separated names, or * for any)"
     )
+
+
+@pytest.mark.browser
+async def test_a_rebound_name_gets_no_dashboard_and_no_frame_in_chromium(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    require_browser()
+    from playwright.async_api import expect
+
+    with UiServer(loopback_settings(database_url)) as server:
+        # The attacker's name resolving to this machine, as a DNS rebinding makes it.
+        rule = f"--host-resolver-rules=MAP {FOREIGN} 127.0.0.1"
+        async with chromium_page(rule) as page:
+            page.set_default_timeout(20_000)
+            response = await page.goto(f"http://{FOREIGN}:{server.port}/ui/failures")
+            assert response is not None and response.status == 421
+            await expect(page.locator("h1")).to_have_text("Unknown host")
+            await expect(page.locator('meta[name="csrf"]')).to_have_count(0)
+            # What the attacker's script could read, same-origin: nothing of the dashboard.
+            status = await page.evaluate("fetch('/ui/failures').then(r => r.status)")
+            assert status == 421
+
+            # And its page cannot show the real dashboard in a frame (for a click trick).
+            await page.set_content(f'<iframe id="f" src="{server.url}/ui/failures"></iframe>')
+            frame = await (await page.wait_for_selector("#f")).content_frame()
+            assert frame is not None
+            await frame.wait_for_load_state()
+            assert await frame.locator("nav").count() == 0
