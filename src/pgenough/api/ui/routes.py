@@ -115,12 +115,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         provider = params.text("provider", provider)
         before_id = params.optional_id("before", before, "a run id")
         if status and status not in inspect.RUN_STATUSES:
-            raise UiError(
-                400,
-                "INVALID_REQUEST",
-                f"status must be one of {', '.join(inspect.RUN_STATUSES)}",
-                "Bad filter",
-            )
+            raise params.bad(f"status must be one of {', '.join(inspect.RUN_STATUSES)}")
         limit = ui.config.runs_page
         async with connection(ui) as conn:
             found = await inspect.list_runs(
@@ -183,12 +178,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         queue = params.text("queue", queue)
         before_id = params.optional_id("before", before, "a job id")
         if state and state not in JOB_STATES:
-            raise UiError(
-                400,
-                "INVALID_REQUEST",
-                f"state must be one of {', '.join(JOB_STATES)}",
-                "Bad filter",
-            )
+            raise params.bad(f"state must be one of {', '.join(JOB_STATES)}")
         limit = ui.config.jobs_page
         async with connection(ui) as conn:
             found = await list_jobs(
@@ -283,7 +273,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         try:
             form = await read_form(request)
         except BadForm as exc:
-            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+            raise params.bad(str(exc), params.FORM) from exc
         if not ui.auth.csrf_valid(request, form):
             raise forbidden(
                 "the form's CSRF token is missing or stale, or it came from another site:"
@@ -346,7 +336,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         try:
             form = await read_form(request)
         except BadForm as exc:
-            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+            raise params.bad(str(exc), params.FORM) from exc
         goal = target(form.get("next"))
         if not ui.auth.csrf_valid(request, form):
             raise forbidden("the login form is stale or came from another site: reload it")
@@ -389,7 +379,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         try:
             form = await read_form(request)
         except BadForm as exc:
-            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+            raise params.bad(str(exc), params.FORM) from exc
         if not ui.auth.csrf_valid(request, form):
             raise forbidden("the form is stale or came from another site: reload the page")
         session = ui.auth.session(request.cookies.get(SESSION_COOKIE))
