@@ -13,9 +13,9 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.api import MIGRATIONS
 from pgenough.core import migrate, open_pool, start_embedded
 from pgenough.core.db import EmbeddedServer, create_database, drop_database, with_database
-from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def database_url(server_url: str) -> Iterator[str]:
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     p = await open_pool(database_url, max_size=20, name="pgenough-tests")
     async with p.connection() as conn:
-        await migrate(conn, [PLANS_MIGRATIONS])
+        await migrate(conn, MIGRATIONS)
     yield p
     await p.close()
 
@@ -73,7 +73,8 @@ async def db(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnectionPool]:
     async with pool.connection() as conn:
         await conn.execute(
             "TRUNCATE pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks,"
-            " pgenough.runs, pgenough.plans, pgenough.plan_seen, pgenough.plan_failures"
+            " pgenough.runs, pgenough.plans, pgenough.plan_seen, pgenough.plan_failures,"
+            " pgenough.ui_revoked_sessions"
         )
         cur = await conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"

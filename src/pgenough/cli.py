@@ -152,11 +152,11 @@ def migrate_cmd(
         )
         try:
             async with pool.connection() as conn:
-                applied = await migrate(conn, [PLANS_MIGRATIONS])
+                from pgenough.api import MIGRATIONS, grant_api_role  # FastAPI: slow to import
+
+                applied = await migrate(conn, MIGRATIONS)
                 created = None
                 if api_role:
-                    from pgenough.api import grant_api_role  # FastAPI: slow to import
-
                     created = await grant_api_role(conn, api_role, api_password)
                 return (
                     await schema_version(conn),
@@ -401,11 +401,15 @@ def api_cmd(
     from pgenough.api import ApiConfigError, create_app, prepare_database  # slow to import
     from pgenough.api.app import api_config
     from pgenough.api.server import ApiServer
+    from pgenough.api.ui import ui_config
 
     settings = _settings()
     _setup_logging(settings)
+    # --host is where the API binds, which the dashboard answers to as its own name.
+    settings = settings.model_copy(update={"api_host": host or settings.api_host})
     try:
         api_config(settings)  # impossible settings fail before the database starts
+        ui_config(settings)
     except ApiConfigError as exc:
         _fail(f"invalid configuration: {exc}")
     try:
@@ -415,7 +419,7 @@ def api_cmd(
     api = create_app(settings.model_copy(update={"database_url": url}))
     config = uvicorn.Config(
         api,
-        host=host or settings.api_host,
+        host=settings.api_host,
         port=settings.api_port if port is None else port,
         workers=1,
         loop="asyncio",

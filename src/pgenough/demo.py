@@ -21,14 +21,13 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from pgenough.api.app import create_app
+from pgenough.api.app import MIGRATIONS, create_app
 from pgenough.api.server import ApiServer
 from pgenough.core import Gap, WorkerConfig, migrate, open_pool, subscribe
 from pgenough.plans.fetch import RunResult, fetch_loop
 from pgenough.plans.process import PLANS_CHANGED, process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.sim import SimServer
-from pgenough.plans.store import MIGRATIONS
 from pgenough.settings import Settings
 
 log = logging.getLogger("pgenough.demo")
@@ -89,7 +88,7 @@ async def run(settings: Settings, url: str, config: DemoConfig) -> int:
     port = sock.getsockname()[1]
     pool = await open_pool(url, max_size=8, name="pgenough-demo")
     async with pool.connection() as conn:
-        await migrate(conn, [MIGRATIONS])
+        await migrate(conn, MIGRATIONS)
     sim = SimServer(plans=config.plans, seed=config.seed).start()
     sim.set_faults(fault_schedule(random.Random(config.seed)))
     stop = asyncio.Event()

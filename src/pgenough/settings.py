@@ -187,6 +187,24 @@ class Settings(BaseSettings):
     ui_statement_timeout: float = Field(
         default=3.0, gt=0, description="Seconds a dashboard query may run (statement_timeout)."
     )
+    ui_session_max_age: float = Field(
+        default=12 * 3600.0,
+        gt=0,
+        description="Seconds a login at /ui/login lasts, unless a logout ends it first"
+        " (for every replica sharing the token).",
+    )
+    ui_login_max_backoff: float = Field(
+        default=60.0,
+        ge=1,
+        description="Longest wait, in seconds, that wrong tokens from one client address earn"
+        " it: after 3 in a row each doubles the wait from 1 s up to this; meanwhile 429.",
+    )
+    ui_allowed_hosts: str = Field(
+        default="",
+        description="Host names the dashboard answers to, comma-separated (ports ignored; * for"
+        " any), besides loopback names and api_host unless that is a wildcard such as 0.0.0.0;"
+        " other Host headers get 421 (against DNS rebinding).",
+    )
 
     @classmethod
     def settings_customise_sources(

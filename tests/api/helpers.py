@@ -27,11 +27,17 @@ from pgenough.plans.store import plan_uuid
 from pgenough.settings import Settings
 
 PROVIDER = "test"
+IN_PROCESS_HOST = "api"
+"""The host ``serving``'s client calls, which the dashboard is told to answer to."""
 
 
 def api_settings(database_url: str, **overrides: Any) -> Settings:
     """Settings for an app on the test database; the cache is off unless asked for."""
-    values: dict[str, Any] = {"database_url": database_url, "api_cache_ttl": 0.0}
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "api_cache_ttl": 0.0,
+        "ui_allowed_hosts": IN_PROCESS_HOST,
+    }
     values.update(overrides)
     return Settings(**values)
 
@@ -47,7 +53,9 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.Asyn
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url=f"http://{IN_PROCESS_HOST}"
+        ) as client:
             yield app, client
 
 

@@ -45,10 +45,10 @@ def require_browser() -> None:
 
 
 @asynccontextmanager
-async def chromium_page(**context: Any) -> AsyncIterator[Any]:
-    """A page in a fresh Chromium profile. The profile directory goes to
-    ``launch_persistent_context``: Playwright refuses ``--user-data-dir`` among ``launch``'s
-    arguments."""
+async def chromium_page(*extra_args: str, **context: Any) -> AsyncIterator[Any]:
+    """A page in a fresh Chromium profile, started with ``ARGS`` and ``extra_args``. The
+    profile directory goes to ``launch_persistent_context``: Playwright refuses
+    ``--user-data-dir`` among ``launch``'s arguments."""
     from playwright.async_api import async_playwright
 
     with tempfile.TemporaryDirectory(prefix="pgenough-chromium-") as profile:
@@ -56,7 +56,7 @@ async def chromium_page(**context: Any) -> AsyncIterator[Any]:
             ctx = await p.chromium.launch_persistent_context(
                 profile,
                 executable_path=str(CHROMIUM),
-                args=ARGS,
+                args=[*ARGS, *extra_args],
                 headless=True,
                 viewport=VIEWPORT,  # type: ignore[arg-type]
                 **context,

@@ -16,10 +16,10 @@ import os
 import uuid
 from pathlib import Path
 
+from pgenough.api import MIGRATIONS
 from pgenough.core import migrate, open_pool, start_embedded
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.plans.sim import SimServer
-from pgenough.plans.store import MIGRATIONS
 from tests.plans.pipeline import fetch, ingest
 from tests.ui import scenes
 from tests.ui.browser import CHROMIUM, chromium_page
@@ -41,7 +41,7 @@ async def stage(url: str) -> int:
     pool = await open_pool(url, max_size=8, name="pgenough-shots")
     try:
         async with pool.connection() as conn:
-            await migrate(conn, [MIGRATIONS])
+            await migrate(conn, MIGRATIONS)
         with SimServer(plans=20_000, seed=3) as sim:
             await ingest(pool, f"{sim.url}?version=1&fault=malformed:0.01", name="fever")
             await ingest(pool, f"{sim.url}?version=2&fault=malformed:0.01", name="fever")

@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue, get_job
 from pgenough.plans.sim import SimServer
-from tests.api.helpers import serving
+from tests.api.helpers import IN_PROCESS_HOST, serving
 from tests.ui import scenes
 from tests.ui.conftest import TOKEN, ui_settings
 
@@ -108,7 +108,7 @@ async def test_posts_need_a_valid_csrf_token_from_this_site(
     other_origin = {"origin": "http://evil.example"}
     assert (await client.post(path, data={"csrf": csrf}, headers=other_origin)).status_code == 403
     assert await job_state(db, job) == "ready"
-    same = {"origin": "http://api", "sec-fetch-site": "same-origin"}
+    same = {"origin": f"http://{IN_PROCESS_HOST}", "sec-fetch-site": "same-origin"}
     assert (await client.post(path, data={"csrf": csrf}, headers=same)).status_code == 303
     assert await job_state(db, job) == "cancelled"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pgenough.api.ui import format
-from pgenough.api.ui.auth import SESSION_MAX_AGE, Auth, Flash, safe_next
+from pgenough.api.ui.auth import Auth, Flash, safe_next
+from pgenough.api.ui.config import DEFAULT_SESSION_MAX_AGE
 
 
 def test_values_are_written_for_people() -> None:
@@ -32,13 +33,23 @@ def test_values_are_written_for_people() -> None:
 
 def test_sessions_expire_and_do_not_cross_tokens() -> None:
     auth = Auth("token", now=1_000_000.0)
-    session = auth.new_session()
-    assert auth.session_valid(session)
-    assert "token" not in session
-    assert not Auth("other", now=1_000_000.0).session_valid(session)
-    assert not Auth("token", now=1_000_000.0 + SESSION_MAX_AGE).session_valid(session)
-    assert not auth.session_valid(session.replace(".", ".0", 1))
-    assert Auth("token", now=1_000_000.0).session_valid(session)  # replicas agree
+    value = auth.new_session()
+    session = auth.session(value)
+    assert session is not None and session.expires_at == 1_000_000 + DEFAULT_SESSION_MAX_AGE
+    assert "token" not in value
+    assert Auth("other", now=1_000_000.0).session(value) is None
+    assert Auth("token", now=1_000_000.0 + DEFAULT_SESSION_MAX_AGE).session(value) is None
+    assert Auth("token", session_max_age=60, now=1_000_060.0).session(value) is None
+    assert auth.session(value.replace(".", ".0", 1)) is None
+    assert Auth("token", now=1_000_000.0).session(value) == session  # replicas agree
+    assert auth.session(auth.new_session()) != session  # each login is its own session
+
+
+def test_tokens_compare_whatever_their_length() -> None:
+    auth = Auth("s3cret")
+    assert auth.token_matches("s3cret")
+    for guess in ("", "s", "s3cre", "s3cret ", "S3CRET", "s3cret" * 100, "\x00"):
+        assert not auth.token_matches(guess)
 
 
 def test_only_dashboard_paths_are_redirect_targets() -> None:

@@ -20,7 +20,7 @@ import psycopg
 from fastapi import FastAPI
 
 from pgenough import __version__
-from pgenough.api import errors, health, routes, ui
+from pgenough.api import docs, errors, health, routes, ui
 from pgenough.api.answer import Answer
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
@@ -35,6 +35,8 @@ from pgenough.settings import Settings
 log = logging.getLogger(__name__)
 
 POOL_MIN_SIZE: Final = 2
+MIGRATIONS: Final = (PLANS_MIGRATIONS, ui.MIGRATIONS)
+"""The schema tracks above the core that the API serves from: the plans and the dashboard's."""
 LISTEN_START_TIMEOUT: Final = 10.0
 
 
@@ -80,13 +82,16 @@ def create_app(settings: Settings) -> FastAPI:
         # Starlette's trailing-slash redirect is built from the Host header, which any
         # client sets; a path is answered as written or not at all.
         redirect_slashes=False,
+        docs_url=None,  # served by api/docs.py, without a CDN
+        redoc_url=None,
     )
     errors.install(app)
+    docs.install(app)
     app.add_middleware(RequestMetrics)
     app.include_router(routes.router)
     app.include_router(health.router)
     if ui_config.enabled:
-        ui.install(app)
+        ui.install(app, ui_config)
     return app
 
 
@@ -128,7 +133,7 @@ async def prepare_database(url: str, *, migrate_schema: bool) -> None:
         async with pool.connection() as conn:
             if migrate_schema:
                 try:
-                    await migrate(conn, [PLANS_MIGRATIONS])
+                    await migrate(conn, MIGRATIONS)
                 except MigrationError as exc:
                     if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
                         raise DatabaseError(

@@ -41,6 +41,8 @@ ErrorCode = Literal[
     "METHOD_NOT_ALLOWED",
     "UNAUTHORIZED",
     "FORBIDDEN",
+    "MISDIRECTED_REQUEST",
+    "TOO_MANY_ATTEMPTS",
 ]
 RETRY_AFTER_SECONDS: Final = "1"
 REQUEST_ID_HEADER: Final = "x-request-id"

@@ -2,7 +2,8 @@
 a live overview over server-sent events fed by one shared subscription, and, when enabled,
 retry and discard of failing jobs.
 
-``install`` adds it to the app (static files, templates, routes, its error handler);
+``install`` adds it to the app (static files, templates, routes, its error handler, the host
+check of ``hosts``);
 ``running`` is what the app's lifespan opens for it; ``end_streams`` ends the live streams
 when the server stops (uvicorn waits for open responses before the lifespan's shutdown).
 """
@@ -19,14 +20,24 @@ from fastapi.templating import Jinja2Templates
 from pgenough.api.ui import format
 from pgenough.api.ui.config import UiConfig
 from pgenough.api.ui.errors import UiError, handler
+from pgenough.api.ui.hosts import AllowedHosts, DashboardGuard
 from pgenough.api.ui.routes import build_router
+from pgenough.api.ui.sessions import MIGRATIONS
 from pgenough.api.ui.state import UiState, running
 from pgenough.plans import inspect
 from pgenough.settings import Settings
 
 HERE: Final = Path(__file__).resolve().parent
 
-__all__ = ["UiConfig", "UiState", "end_streams", "install", "running", "ui_config"]
+__all__ = [
+    "MIGRATIONS",
+    "UiConfig",
+    "UiState",
+    "end_streams",
+    "install",
+    "running",
+    "ui_config",
+]
 
 
 def ui_config(settings: Settings) -> UiConfig:
@@ -37,6 +48,9 @@ def ui_config(settings: Settings) -> UiConfig:
         token=settings.ui_token.get_secret_value() if settings.ui_token is not None else None,
         tick=settings.ui_tick,
         statement_timeout=settings.ui_statement_timeout,
+        session_max_age=settings.ui_session_max_age,
+        login_max_backoff=settings.ui_login_max_backoff,
+        allowed_hosts=AllowedHosts.parse(settings.ui_allowed_hosts, bind=settings.api_host),
     )
 
 
@@ -48,14 +62,15 @@ def templates() -> Jinja2Templates:
     return t
 
 
-def install(app: FastAPI) -> None:
-    """The dashboard's routes on ``app``; the lifespan must put a ``UiState`` on
-    ``app.state.ui``."""
+def install(app: FastAPI, config: UiConfig) -> None:
+    """The dashboard's routes on ``app``, behind its host check; the lifespan must put a
+    ``UiState`` on ``app.state.ui``."""
     pages = templates()
     # Mounted before the router: its catch-all 404 page would shadow /ui/static otherwise.
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.include_router(build_router(pages))
     app.add_exception_handler(UiError, handler(pages))
+    app.add_middleware(DashboardGuard, hosts=config.allowed_hosts, render=handler(pages))
 
 
 def end_streams(app: FastAPI) -> None:

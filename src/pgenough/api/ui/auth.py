@@ -2,9 +2,12 @@
 
 With ``ui_token`` set, every page, stream and action needs it: as ``Authorization: Bearer``,
 or through the login form, which sets an HttpOnly, SameSite=Strict session cookie. The cookie
-holds when it was issued and an HMAC of that, never the token. Every HMAC is keyed by a secret
-derived from the token, so replicas sharing a token accept each other's sessions and changing
-the token logs everyone out; without a token the secret is random per process.
+holds when it was issued, a random session id and an HMAC of both, never the token. Every HMAC
+is keyed by a secret derived from the token, so replicas sharing a token accept each other's
+sessions and changing the token logs everyone out; without a token the secret is random per
+process. A logout revokes the session's id in PostgreSQL (``sessions``), for every replica.
+Tokens are compared as SHA-256 digests with ``hmac.compare_digest``: in constant time, and
+without telling a guess's length; how often a client may guess is ``throttle``'s business.
 
 POSTs from a browser also carry a CSRF token (a hidden form field: an HMAC of the session
 cookie), and are refused when the browser says they come from another site (``Origin`` that
@@ -27,9 +30,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 from fastapi import Request
 
+from pgenough.api.ui.config import DEFAULT_SESSION_MAX_AGE
+
 SESSION_COOKIE: Final = "pgenough_ui_session"
 FLASH_COOKIE: Final = "pgenough_ui_flash"
-SESSION_MAX_AGE: Final = 12 * 3600
 FLASH_MAX_AGE: Final = 60
 MAX_FORM_BYTES: Final = 8192
 FORM_TYPE: Final = "application/x-www-form-urlencoded"
@@ -46,13 +50,29 @@ class Flash:
     text: str
 
 
+@dataclass(frozen=True)
+class Session:
+    """A genuine, unexpired session cookie (whether a logout revoked it is in PostgreSQL)."""
+
+    id: str
+    expires_at: float
+    """Unix time."""
+
+
 class Auth:
-    def __init__(self, token: str | None, *, now: float | None = None) -> None:
+    def __init__(
+        self,
+        token: str | None,
+        *,
+        session_max_age: float = DEFAULT_SESSION_MAX_AGE,
+        now: float | None = None,
+    ) -> None:
         self.token = token
         if token is None:
             self._secret = secrets.token_bytes(32)
         else:
             self._secret = hashlib.sha256(b"pgenough-ui\x00" + token.encode()).digest()
+        self.session_max_age = session_max_age
         self._now = now
 
     @property
@@ -69,31 +89,39 @@ class Auth:
     def token_matches(self, candidate: str) -> bool:
         if self.token is None:
             return True
-        return hmac.compare_digest(candidate.encode(), self.token.encode())
+        given = hashlib.sha256(candidate.encode()).digest()
+        return hmac.compare_digest(given, hashlib.sha256(self.token.encode()).digest())
 
     def new_session(self) -> str:
-        issued = str(int(self._clock()))
-        return f"{issued}.{self._sign('session', issued)}"
+        """A session cookie's value: ``issued.id.hmac``."""
+        body = f"{int(self._clock())}.{secrets.token_hex(16)}"
+        return f"{body}.{self._sign('session', body)}"
 
-    def session_valid(self, value: str | None) -> bool:
+    def session(self, value: str | None) -> Session | None:
+        """The session a cookie holds, if we issued it and it has not expired."""
         if not value:
-            return False
-        issued, _, mac = value.partition(".")
-        if not hmac.compare_digest(mac.encode(), self._sign("session", issued).encode()):
-            return False
-        return issued.isdigit() and 0 <= self._clock() - int(issued) < SESSION_MAX_AGE
+            return None
+        body, _, mac = value.rpartition(".")
+        if not hmac.compare_digest(mac.encode(), self._sign("session", body).encode()):
+            return None
+        issued, _, session_id = body.partition(".")
+        if not (issued.isascii() and issued.isdigit() and session_id):
+            return None
+        if not 0 <= self._clock() - int(issued) < self.session_max_age:
+            return None
+        return Session(session_id, int(issued) + self.session_max_age)
+
+    def bearer_given(self, request: Request) -> bool:
+        """The request offers a token in an ``Authorization: Bearer`` header, right or wrong."""
+        scheme, _, _ = request.headers.get("authorization", "").partition(" ")
+        return self.token is not None and scheme.lower() == "bearer"
 
     def bearer(self, request: Request) -> bool:
         """The request authenticates with a valid ``Authorization: Bearer`` header."""
-        if self.token is None:
+        if not self.bearer_given(request):
             return False
-        scheme, _, credential = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(credential.strip())
-
-    def authenticated(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        return self.bearer(request) or self.session_valid(request.cookies.get(SESSION_COOKIE))
+        _, _, credential = request.headers.get("authorization", "").partition(" ")
+        return self.token_matches(credential.strip())
 
     def csrf_token(self, request: Request) -> str:
         return self._sign("csrf", request.cookies.get(SESSION_COOKIE) or "")

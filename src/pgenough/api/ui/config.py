@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pgenough.api.errors import ApiConfigError
+from pgenough.api.ui.hosts import LOOPBACK_ONLY, AllowedHosts
 
 DEFAULT_TICK: Final = 5.0
 DEFAULT_STATEMENT_TIMEOUT: Final = 3.0
@@ -13,6 +14,8 @@ DEFAULT_STATEMENT_TIMEOUT: Final = 3.0
 # from ever competing with /search for the database.
 POOL_MAX_SIZE: Final = 3
 DEFAULT_MAX_CLIENTS: Final = 64
+DEFAULT_SESSION_MAX_AGE: Final = 12 * 3600.0
+DEFAULT_LOGIN_MAX_BACKOFF: Final = 60.0
 DEFAULT_RUNS_PAGE: Final = 50
 DEFAULT_JOBS_PAGE: Final = 100
 
@@ -31,12 +34,22 @@ class UiConfig:
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
     max_clients: int = DEFAULT_MAX_CLIENTS
     """Browsers following the live overview at once; more get 503."""
+    session_max_age: float = DEFAULT_SESSION_MAX_AGE
+    """Seconds a login lasts, unless a logout ends it first."""
+    login_max_backoff: float = DEFAULT_LOGIN_MAX_BACKOFF
+    """The longest wait a client's wrong tokens earn it before its next try (``throttle``)."""
+    allowed_hosts: AllowedHosts = LOOPBACK_ONLY
+    """``Host`` names the dashboard answers to, besides loopback ones (``api/ui/hosts.py``)."""
     runs_page: int = DEFAULT_RUNS_PAGE
     jobs_page: int = DEFAULT_JOBS_PAGE
 
     def __post_init__(self) -> None:
-        if not self.tick > 0 or not self.statement_timeout > 0:
-            raise ApiConfigError("ui_tick and ui_statement_timeout must be greater than 0")
+        if not all(v > 0 for v in (self.tick, self.statement_timeout, self.session_max_age)):
+            raise ApiConfigError(
+                "ui_tick, ui_statement_timeout and ui_session_max_age must be greater than 0"
+            )
+        if not self.login_max_backoff >= 1:
+            raise ApiConfigError("ui_login_max_backoff must be at least 1 (second)")
         if min(self.max_clients, self.runs_page, self.jobs_page) < 1:
             raise ApiConfigError(
                 "the dashboard needs max_clients, runs_page and jobs_page of at least 1"

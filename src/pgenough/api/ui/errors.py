@@ -29,11 +29,19 @@ JSON_PATHS = ("/ui/api/", "/ui/events")
 
 
 class UiError(ApiError):
-    def __init__(self, status: int, code: ErrorCode, message: str, title: str = "") -> None:
+    def __init__(
+        self,
+        status: int,
+        code: ErrorCode,
+        message: str,
+        title: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.title = title or message
+        self.headers = headers or {}
 
 
 class LoginRequired(UiError):
@@ -62,7 +70,9 @@ def handler(templates: Jinja2Templates) -> Callable[[Request, Exception], Respon
 
     def handle(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, UiError)
-        headers = {"www-authenticate": "Bearer"} if isinstance(exc, LoginRequired) else None
+        headers = dict(exc.headers)
+        if isinstance(exc, LoginRequired):
+            headers["www-authenticate"] = "Bearer"
         if wants_json(request):
             return error_response(exc.status, exc.code, exc.message, headers=headers)
         if isinstance(exc, LoginRequired) and request.method == "GET":

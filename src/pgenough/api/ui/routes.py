@@ -2,8 +2,8 @@
 
 Pages read through ``plans.inspect`` and the core's job reads (``list_jobs``, ``get_job``) on
 the dashboard's own pool; actions change state only through inspect's repairs, then redirect
-(303) back with a flash message. Every route first checks the login (``Authed``); actions also
-check that they are enabled and the CSRF token.
+(303) back with a flash message. Every route first checks the login (``Authed``, through
+``sessions``); actions also check that they are enabled and the CSRF token.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
+from pgenough.api.ui import params, sessions
 from pgenough.api.ui.auth import (
     FLASH_COOKIE,
     FLASH_MAX_AGE,
     SESSION_COOKIE,
-    SESSION_MAX_AGE,
     BadForm,
     Flash,
     read_form,
@@ -46,9 +46,14 @@ async def get_ui(request: Request) -> UiState:
 
 async def require_login(request: Request) -> UiState:
     ui = cast(UiState, request.app.state.ui)
-    if not ui.auth.authenticated(request):
+    if not await sessions.signed_in(ui, request):
         raise LoginRequired
     return ui
+
+
+def target(raw: str | None, default: str = "/ui", title: str = params.FORM) -> str:
+    """Where a ``next`` parameter may send the browser (a dashboard path), checked."""
+    return safe_next(params.text("next", raw or "", title, params.MAX_NEXT), default)
 
 
 UiDep = Annotated[UiState, Depends(get_ui)]
@@ -106,17 +111,11 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         provider: str = "",
         before: str = "",
     ) -> Response:
-        status = status.strip().upper()
-        provider = provider.strip()
+        status = params.text("status", status).upper()
+        provider = params.text("provider", provider)
+        before_id = params.optional_id("before", before, "a run id")
         if status and status not in inspect.RUN_STATUSES:
-            raise UiError(
-                400,
-                "INVALID_REQUEST",
-                f"status must be one of {', '.join(inspect.RUN_STATUSES)}",
-                "Bad filter",
-            )
-        if before and not before.isdigit():
-            raise UiError(400, "INVALID_REQUEST", "before must be a run id", "Bad filter")
+            raise params.bad(f"status must be one of {', '.join(inspect.RUN_STATUSES)}")
         limit = ui.config.runs_page
         async with connection(ui) as conn:
             found = await inspect.list_runs(
@@ -124,7 +123,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 status=status or None,
                 provider=provider or None,
                 limit=limit + 1,
-                before=int(before) if before else None,
+                before=before_id,
             )
             providers = await inspect.provider_names(conn)
         shown = found[:limit]
@@ -138,7 +137,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 "older": older,
                 "status": status,
                 "provider": provider,
-                "before": before,
+                "before": "" if before_id is None else str(before_id),
                 "statuses": inspect.RUN_STATUSES,
                 "providers": providers,
                 "nav": "runs",
@@ -147,6 +146,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
 
     @router.get("/runs/{run_id:int}")
     async def run(request: Request, ui: Authed, run_id: int) -> Response:
+        params.checked_id("the run id", run_id, "a run id")
         async with connection(ui) as conn:
             detail = await inspect.get_run(conn, run_id)
         if detail is None:
@@ -174,17 +174,11 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         queue: str = "",
         before: str = "",
     ) -> Response:
-        state = state.strip().lower()
-        queue = queue.strip()
+        state = params.text("state", state).lower()
+        queue = params.text("queue", queue)
+        before_id = params.optional_id("before", before, "a job id")
         if state and state not in JOB_STATES:
-            raise UiError(
-                400,
-                "INVALID_REQUEST",
-                f"state must be one of {', '.join(JOB_STATES)}",
-                "Bad filter",
-            )
-        if before and not before.isdigit():
-            raise UiError(400, "INVALID_REQUEST", "before must be a job id", "Bad filter")
+            raise params.bad(f"state must be one of {', '.join(JOB_STATES)}")
         limit = ui.config.jobs_page
         async with connection(ui) as conn:
             found = await list_jobs(
@@ -192,7 +186,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 state=state or None,
                 queue=queue or None,
                 limit=limit + 1,
-                before=int(before) if before else None,
+                before=before_id,
             )
             counts = await queue_stats(conn)
         shown = found[:limit]
@@ -206,7 +200,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 "older": older,
                 "state": state,
                 "queue": queue,
-                "before": before,
+                "before": "" if before_id is None else str(before_id),
                 "states": JOB_STATES,
                 "totals": inspect.state_totals(counts, queue or None),
                 "queues": [c.queue for c in counts],
@@ -219,6 +213,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
 
     @router.get("/jobs/{job_id:int}")
     async def job(request: Request, ui: Authed, job_id: int) -> Response:
+        params.checked_id("the job id", job_id, "a job id")
         async with connection(ui) as conn:
             record = await get_job(conn, job_id)
         if record is None:
@@ -269,7 +264,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
 
     async def action(request: Request, ui: UiState) -> dict[str, str]:
         """The form of a permitted, genuine action; else 401, 403 or 400."""
-        if not ui.auth.authenticated(request):
+        if not await sessions.signed_in(ui, request):
             raise LoginRequired
         if not ui.config.actions:
             raise forbidden(
@@ -278,7 +273,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         try:
             form = await read_form(request)
         except BadForm as exc:
-            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+            raise params.bad(str(exc), params.FORM) from exc
         if not ui.auth.csrf_valid(request, form):
             raise forbidden(
                 "the form's CSRF token is missing or stale, or it came from another site:"
@@ -287,7 +282,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         return form
 
     def done(ui: UiState, form: dict[str, str], flash: Flash) -> Response:
-        response = RedirectResponse(safe_next(form.get("next"), "/ui/failures"), status_code=303)
+        response = RedirectResponse(target(form.get("next"), "/ui/failures"), status_code=303)
         response.set_cookie(
             FLASH_COOKIE,
             ui.auth.flash_cookie(flash),
@@ -301,6 +296,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
     @router.post("/jobs/{job_id:int}/retry")
     async def retry(request: Request, ui: UiDep, job_id: int) -> Response:
         form = await action(request, ui)
+        params.checked_id("the job id", job_id, "a job id")
         try:
             async with connection(ui) as conn:
                 job = await inspect.retry(conn, job_id)
@@ -311,6 +307,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
     @router.post("/jobs/{job_id:int}/discard")
     async def discard(request: Request, ui: UiDep, job_id: int) -> Response:
         form = await action(request, ui)
+        params.checked_id("the job id", job_id, "a job id")
         try:
             async with connection(ui) as conn:
                 job = await inspect.discard(conn, job_id)
@@ -321,41 +318,55 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
     @router.post("/jobs/retry-dead")
     async def retry_dead(request: Request, ui: UiDep) -> Response:
         form = await action(request, ui)
+        queue = params.text("queue", form.get("queue", ""), params.FORM)
         async with connection(ui) as conn:
-            n = await inspect.retry_all_dead(conn, form.get("queue") or None)
+            n = await inspect.retry_all_dead(conn, queue or None)
         plural = "job" if n == 1 else "jobs"
         return done(ui, form, Flash("ok", f"{n} dead {plural} will run again now"))
 
     @router.get("/login")
     async def login_form(request: Request, ui: UiDep, next: str = "/ui") -> Response:
-        if not ui.auth.required or ui.auth.authenticated(request):
-            return RedirectResponse(safe_next(next), status_code=303)
-        return page(request, ui, "login.html", {"next": safe_next(next), "error": None})
+        goal = target(next, title=params.FILTER)
+        if await sessions.signed_in(ui, request):
+            return RedirectResponse(goal, status_code=303)
+        return page(request, ui, "login.html", {"next": goal, "error": None})
 
     @router.post("/login")
     async def login(request: Request, ui: UiDep) -> Response:
         try:
             form = await read_form(request)
         except BadForm as exc:
-            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
-        target = safe_next(form.get("next"))
+            raise params.bad(str(exc), params.FORM) from exc
+        goal = target(form.get("next"))
         if not ui.auth.csrf_valid(request, form):
             raise forbidden("the login form is stale or came from another site: reload it")
         if not ui.auth.required:
-            return RedirectResponse(target, status_code=303)
+            return RedirectResponse(goal, status_code=303)
+        try:
+            client = sessions.check_throttle(ui, request)
+        except UiError as exc:
+            refused = page(
+                request, ui, "login.html", {"next": goal, "error": exc.message}, status=429
+            )
+            refused.headers.update(exc.headers)
+            return refused
+        # No await from the throttle's check to its record: concurrent guesses cannot slip
+        # between them.
         if not ui.auth.token_matches(form.get("token", "")):
+            ui.throttle.failed(client)
             return page(
                 request,
                 ui,
                 "login.html",
-                {"next": target, "error": "That is not the dashboard's token."},
+                {"next": goal, "error": "That is not the dashboard's token."},
                 status=401,
             )
-        response = RedirectResponse(target, status_code=303)
+        ui.throttle.succeeded(client)
+        response = RedirectResponse(goal, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
             ui.auth.new_session(),
-            max_age=SESSION_MAX_AGE,
+            max_age=int(ui.config.session_max_age),
             path="/ui",
             httponly=True,
             samesite="strict",
@@ -368,9 +379,13 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         try:
             form = await read_form(request)
         except BadForm as exc:
-            raise UiError(400, "INVALID_REQUEST", str(exc), "Bad form") from exc
+            raise params.bad(str(exc), params.FORM) from exc
         if not ui.auth.csrf_valid(request, form):
             raise forbidden("the form is stale or came from another site: reload the page")
+        session = ui.auth.session(request.cookies.get(SESSION_COOKIE))
+        if session is not None:
+            async with connection(ui) as conn:
+                await sessions.revoke(conn, session)
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/ui")
         return response

@@ -1,5 +1,5 @@
 """What the dashboard holds while the app runs: its own small pool, the live feed and its two
-tasks, and the login's secrets; opened in the app's lifespan, closed at its end.
+tasks, the login's secrets and throttle; opened in the app's lifespan, closed at its end.
 
 The pool is the dashboard's, apart from the API's (so a slow page never takes a /search
 connection): at most three connections, each with a short ``statement_timeout``, on
@@ -24,6 +24,7 @@ from pgenough.api.ui.auth import Auth
 from pgenough.api.ui.config import POOL_MAX_SIZE, UiConfig
 from pgenough.api.ui.errors import UiError
 from pgenough.api.ui.live import Event, LiveFeed
+from pgenough.api.ui.throttle import LoginThrottle
 from pgenough.core import open_pool
 from pgenough.plans import inspect
 
@@ -32,7 +33,8 @@ log = logging.getLogger(__name__)
 LISTEN_START_TIMEOUT: Final = 10.0
 PRIVILEGES: Final = (
     "SELECT on pgenough.runs, pgenough.jobs and pgenough.plan_failures"
-    " (and UPDATE on pgenough.jobs for actions)"
+    " (and UPDATE on pgenough.jobs for actions; with a token, SELECT, INSERT and DELETE on"
+    " pgenough.ui_revoked_sessions)"
 )
 
 
@@ -42,6 +44,7 @@ class UiState:
     pool: AsyncConnectionPool
     feed: LiveFeed
     auth: Auth
+    throttle: LoginThrottle
 
 
 @asynccontextmanager
@@ -60,6 +63,14 @@ async def connection(state: UiState) -> AsyncIterator[psycopg.AsyncConnection[An
             f": set PGENOUGH_UI_DATABASE_URL to a role with {PRIVILEGES}; without it the"
             " dashboard uses the API's DATABASE_URL",
             "The dashboard's role lacks privileges",
+        ) from exc
+    except psycopg.errors.UndefinedTable as exc:
+        raise UiError(
+            503,
+            "UNAVAILABLE",
+            f"the dashboard's database lacks a table ({exc.diag.message_primary}): run"
+            " `pgenough migrate` as the schema's owner",
+            "The schema is not up to date",
         ) from exc
     except psycopg.errors.QueryCanceled as exc:
         raise UiError(
@@ -105,7 +116,8 @@ async def running(config: UiConfig, url: str) -> AsyncIterator[UiState]:
         return await overview_event(holder[0])
 
     feed = LiveFeed(snapshot, tick=config.tick, max_clients=config.max_clients)
-    state = UiState(config, pool, feed, Auth(config.token))
+    auth = Auth(config.token, session_max_age=config.session_max_age)
+    state = UiState(config, pool, feed, auth, LoginThrottle(config.login_max_backoff))
     holder.append(state)
     listening = asyncio.Event()
     tasks = [
