@@ -288,9 +288,7 @@ def test_metrics_port_in_use_is_one_clear_line(worker_env: dict[str, str]) -> No
         )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        f"error: cannot serve metrics on 127.0.0.1:{port}"
-    )
+    assert lines == [f"error: metrics: cannot listen on 127.0.0.1:{port}: address already in use"]
 
 
 @pytest.mark.parametrize(

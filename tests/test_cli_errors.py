@@ -5,6 +5,7 @@ command as a subprocess, on a real PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,34 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: "), result.stderr
     return lines[0]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["api", "--port", "{port}"],
+        ["provider-sim", "--port", "{port}"],
+        ["demo", "--port", "{port}"],
+        ["worker", "fetch", "--once", "--provider", "p=http://h/", "--metrics-port", "{port}"],
+    ],
+)
+def test_a_busy_port_is_one_line(worker_env: dict[str, str], command: list[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = pgenough(*(a.format(port=port) for a in command), env=worker_env)
+    assert result.returncode == 1
+    metrics = "metrics: " if "--metrics-port" in command else ""
+    assert error_line(result) == (
+        f"error: {metrics}cannot listen on 127.0.0.1:{port}: address already in use"
+    )
+
+
+def test_an_unknown_host_is_one_line(worker_env: dict[str, str]) -> None:
+    result = pgenough("api", "--host", "no-such-host.invalid", "--port", "0", env=worker_env)
+    assert result.returncode == 1
+    assert error_line(result).startswith("error: cannot listen on no-such-host.invalid:0: ")
 
 
 def _config(tmp_path: Path, providers: str) -> Path:

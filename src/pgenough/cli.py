@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -41,6 +42,7 @@ from pgenough.core import (
     queue_stats,
     schema_version,
 )
+from pgenough.httpserver import ListenError, listen
 from pgenough.plans import inspect
 from pgenough.plans.fetch import PLANS_QUEUE, FetchConfig, RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
@@ -79,6 +81,23 @@ def _settings() -> Settings:
 def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+def _database_url(settings: Settings) -> str:
+    """``DATABASE_URL``, or the embedded server's, started now if need be."""
+    try:
+        return database_url(settings.database_url, settings.data_dir)
+    except PgenoughError as exc:
+        _fail(str(exc))
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now: a busy port is one line and exit 1, before anything
+    (the database, uvicorn) has started."""
+    try:
+        return listen(host, port)
+    except ListenError as exc:
+        _fail(str(exc))
 
 
 def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -188,7 +207,7 @@ def demo(
 ) -> None:
     """The whole plan service in one process: a misbehaving simulated provider, fetch and
     process workers, and the API (embedded PostgreSQL unless DATABASE_URL)."""
-    from pgenough.demo import DemoConfig
+    from pgenough.demo import HOST, DemoConfig
     from pgenough.demo import run as run_demo
 
     settings = _settings()
@@ -196,9 +215,10 @@ def demo(
     # The demo prints each run itself; keep the log to what needs attention.
     logging.getLogger("pgenough").setLevel(logging.WARNING)
     logging.getLogger("pgenough.core.db").setLevel(logging.INFO)
-    url = database_url(settings.database_url, settings.data_dir)
-    config = DemoConfig(port=port, plans=plans, interval=interval)
-    raise typer.Exit(_run(lambda: run_demo(settings, url, config)))
+    with _listen(HOST, port) as sock:
+        url = _database_url(settings)
+        config = DemoConfig(plans=plans, interval=interval)
+        raise typer.Exit(_run(lambda: run_demo(settings, url, config, sock)))
 
 
 worker_app = typer.Typer(help="Run a fetch or process worker.", no_args_is_help=True)
@@ -238,7 +258,7 @@ def _serve_metrics(settings: Settings, port: int | None) -> None:
     try:
         server, _ = prometheus_client.start_http_server(port, addr=host)
     except OSError as exc:
-        _fail(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}")
+        _fail(f"metrics: {ListenError(host, port, exc)}")
     logging.getLogger("pgenough.cli").info(
         "metrics at http://%s:%d/metrics", host, server.server_port
     )
@@ -408,28 +428,20 @@ def api_cmd(
         api_config(settings)  # impossible settings fail before the database starts
     except ApiConfigError as exc:
         _fail(f"invalid configuration: {exc}")
-    try:
-        url = database_url(settings.database_url, settings.data_dir)
-    except PgenoughError as exc:
-        _fail(str(exc))
-    api = create_app(settings.model_copy(update={"database_url": url}))
-    config = uvicorn.Config(
-        api,
-        host=host or settings.api_host,
-        port=settings.api_port if port is None else port,
-        workers=1,
-        loop="asyncio",
-        log_config=None,
-        access_log=access_log,
-    )
-    server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
+    with _listen(host or settings.api_host, settings.api_port if port is None else port) as sock:
+        url = _database_url(settings)
+        api = create_app(settings.model_copy(update={"database_url": url}))
+        config = uvicorn.Config(
+            api, workers=1, loop="asyncio", log_config=None, access_log=access_log
+        )
+        server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 
-    async def main() -> int:
-        await prepare_database(url, migrate_schema=settings.api_migrate)
-        await server.serve()
-        return 0 if server.started else 1
+        async def main() -> int:
+            await prepare_database(url, migrate_schema=settings.api_migrate)
+            await server.serve(sockets=[sock])
+            return 0 if server.started else 1
 
-    raise typer.Exit(_run(main))
+        raise typer.Exit(_run(main))
 
 
 @app.command("provider-sim")
@@ -446,8 +458,8 @@ def provider_sim(
     _setup_logging(settings)
     try:
         sim.serve(plans=plans, port=port, seed=seed, host=host)
-    except OSError as exc:
-        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+    except ListenError as exc:
+        _fail(str(exc))
 
 
 # -- inspecting and repairing ---------------------------------------------------------------
