@@ -55,6 +55,83 @@ def test_an_unknown_host_is_one_line(worker_env: dict[str, str]) -> None:
     assert error_line(result).startswith("error: cannot listen on no-such-host.invalid:0: ")
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("missing.toml", None, "error: PGENOUGH_CONFIG names {path}, which does not exist"),
+        ("bad.toml", b"log_level = \n", "error: config file {path} is not valid TOML: "),
+        ("latin1.toml", b'log_level = "\xff"\n', "error: config file {path} is not UTF-8 text"),
+        ("a-directory", "dir", "error: config file {path} is not a file"),
+        ("[/]odd.toml", None, "error: PGENOUGH_CONFIG names {path}, which does not exist"),
+        (
+            "value.toml",
+            b'worker_concurrency = "many"\n',
+            "error: invalid configuration: worker_concurrency: Input should be a valid integer",
+        ),
+    ],
+)
+def test_a_config_file_that_cannot_be_used_is_one_line(
+    worker_env: dict[str, str],
+    tmp_path: Path,
+    name: str,
+    content: bytes | str | None,
+    says: str,
+) -> None:
+    path = tmp_path / name
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    result = pgenough("status", env=dict(worker_env, PGENOUGH_CONFIG=str(path)))
+    assert result.returncode == 2
+    assert error_line(result).startswith(says.format(path=path))
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc")
+def test_an_unreadable_config_file_is_one_line(worker_env: dict[str, str]) -> None:
+    # A regular file that no one can read from its start, root included (the tests may run
+    # as root, who may read a chmod 000 file).
+    result = pgenough("status", env=dict(worker_env, PGENOUGH_CONFIG="/proc/self/mem"))
+    assert result.returncode == 2
+    assert error_line(result) == (
+        "error: cannot read config file /proc/self/mem: Input/output error"
+    )
+
+
+def test_an_empty_pgenough_config_is_one_line(worker_env: dict[str, str]) -> None:
+    result = pgenough("status", env=dict(worker_env, PGENOUGH_CONFIG=""))
+    assert result.returncode == 2
+    assert error_line(result) == "error: PGENOUGH_CONFIG is empty: name a TOML file, or unset it"
+
+
+def test_a_default_config_file_that_is_a_directory_is_one_line(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "pgenough.toml").mkdir()
+    env = {k: v for k, v in worker_env.items() if k != "PGENOUGH_CONFIG"}
+    result = pgenough("status", env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert error_line(result) == (
+        "error: config file pgenough.toml is not a file: remove it, or set PGENOUGH_CONFIG"
+        " to a TOML file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("PGENOUGH_WORKER_LEASE", "inf"), ("PGENOUGH_FETCH_INTERVAL", "inf")],
+)
+def test_an_infinite_setting_is_one_line(
+    worker_env: dict[str, str], variable: str, value: str
+) -> None:
+    result = pgenough("status", env=dict(worker_env, **{variable: value}))
+    assert result.returncode == 2
+    field = variable.removeprefix("PGENOUGH_").lower()
+    assert error_line(result) == (
+        f"error: invalid configuration: {field}: Input should be a finite number"
+    )
+
+
 def _config(tmp_path: Path, providers: str) -> Path:
     path = tmp_path / "pgenough.toml"
     # A TOML basic string: \uXXXX and \n are escapes there, so the file is plain ASCII.

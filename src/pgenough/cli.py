@@ -21,6 +21,7 @@ import typer
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console, RenderableType
 from rich.table import Table
 
@@ -48,7 +49,7 @@ from pgenough.plans.fetch import PLANS_QUEUE, FetchConfig, RunResult, fetch_all,
 from pgenough.plans.process import process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
-from pgenough.settings import Settings
+from pgenough.settings import ConfigFileError, Settings
 
 app = typer.Typer(
     help="pgenough: reliable ingestion and messaging on one PostgreSQL database.",
@@ -70,12 +71,17 @@ _log_format: logs.LogFormat | None = None
 
 
 def _settings() -> Settings:
+    """The settings, or exit 2 with what is wrong with them (as for a usage error)."""
     try:
         return Settings()
+    except ConfigFileError as exc:
+        _fail(str(exc), code=2)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
-        _fail(f"invalid configuration: {where}: {first['msg']}")
+        _fail(f"invalid configuration: {where}: {first['msg']}", code=2)
+    except SettingsError as exc:  # a value pydantic-settings could not even decode
+        _fail(f"invalid configuration: {exc}", code=2)
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -427,7 +433,7 @@ def api_cmd(
     try:
         api_config(settings)  # impossible settings fail before the database starts
     except ApiConfigError as exc:
-        _fail(f"invalid configuration: {exc}")
+        _fail(f"invalid configuration: {exc}", code=2)
     with _listen(host or settings.api_host, settings.api_port if port is None else port) as sock:
         url = _database_url(settings)
         api = create_app(settings.model_copy(update={"database_url": url}))
