@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from pgenough.cli import BIGINT_MAX
 from pgenough.plans.sim import SimServer
 from tests.test_cli import free_port, pgenough
 
+TOO_BIG = "99999999999999999999"  # > 2**63 - 1: PostgreSQL's "bigint out of range"
 # A log line of its own, if it could start one (without a comma: one splits providers).
 FORGED = "2026-01-01 00:00:00 ERROR   pgenough.plans.fetch: forged"
 
@@ -25,6 +27,48 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: "), result.stderr
     return lines[0]
+
+
+@pytest.mark.db
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "--limit", TOO_BIG],
+        ["runs", "--before", TOO_BIG],
+        ["jobs", "--limit", TOO_BIG],
+        ["jobs", "--before", TOO_BIG],
+        ["failures", "--limit", TOO_BIG],
+        ["run", TOO_BIG],
+        ["job", TOO_BIG],
+        ["retry", TOO_BIG],
+        ["discard", TOO_BIG],
+        ["runs", "--before", "0"],
+        ["provider-sim", "--plans", TOO_BIG],
+        ["demo", "--plans", TOO_BIG],
+        ["api", "--port", "65536"],
+        ["demo", "--port", "65536"],
+        ["provider-sim", "--port", "-1"],
+        ["worker", "process", "--metrics-port", "65536"],
+        ["worker", "fetch", "--metrics-port", "-1", "--provider", "p=http://h/"],
+    ],
+)
+def test_a_number_out_of_range_is_a_usage_error(
+    db: object, worker_env: dict[str, str], args: list[str]
+) -> None:
+    result = pgenough(*args, env=worker_env)
+    assert result.returncode == 2
+    line = error_line(result)
+    command = " ".join(args[:2]) if args[0] == "worker" else args[0]
+    assert line.startswith(f"error: pgenough {command}: Invalid value for "), line
+
+
+@pytest.mark.db
+def test_the_largest_bigint_is_a_valid_id_and_limit(db: object, worker_env: dict[str, str]) -> None:
+    top = str(BIGINT_MAX)
+    assert pgenough("runs", "--limit", top, "--before", top, env=worker_env).returncode == 0
+    assert pgenough("jobs", "--limit", top, "--before", top, env=worker_env).returncode == 0
+    missing = pgenough("run", top, env=worker_env)
+    assert error_line(missing) == f"error: run {top} not found"
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, Final, NoReturn, TypeVar
 
 import prometheus_client
 import psycopg
@@ -59,6 +59,10 @@ app = typer.Typer(
 err = Console(stderr=True, soft_wrap=True)
 out = Console()
 T = TypeVar("T")
+
+BIGINT_MAX: Final = 2**63 - 1
+"""The largest id or limit: PostgreSQL reads them as bigint, and a larger number would fail
+there ("bigint out of range") instead of at the option."""
 
 
 class _LogFormatOption(StrEnum):
@@ -205,10 +209,22 @@ def migrate_cmd(
     out.print(f"schema version {version}")
 
 
+def _snapshot_plans(value: int) -> int:
+    """``--plans`` within what the simulator generates (its module is imported only here:
+    the other commands never need it)."""
+    from pgenough.plans.sim import MAX_PLANS
+
+    if not 1 <= value <= MAX_PLANS:
+        raise typer.BadParameter(f"{value} is not in the range 1 to {MAX_PLANS:,}")
+    return value
+
+
 @app.command()
 def demo(
     port: Annotated[int, typer.Option(min=0, max=65535, help="API port (0: any free one).")] = 8000,
-    plans: Annotated[int, typer.Option(min=1, help="Plans per simulated snapshot.")] = 20_000,
+    plans: Annotated[
+        int, typer.Option(callback=_snapshot_plans, help="Plans per simulated snapshot.")
+    ] = 20_000,
     interval: Annotated[float, typer.Option(min=1, help="Seconds between fetches.")] = 15.0,
 ) -> None:
     """The whole plan service in one process: a misbehaving simulated provider, fetch and
@@ -452,7 +468,9 @@ def api_cmd(
 
 @app.command("provider-sim")
 def provider_sim(
-    plans: Annotated[int, typer.Option(min=1, help="Plans per snapshot.")] = 1000,
+    plans: Annotated[
+        int, typer.Option(callback=_snapshot_plans, help="Plans per snapshot.")
+    ] = 1000,
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     seed: Annotated[int, typer.Option(help="Snapshots are a function of seed and version.")] = 1,
@@ -544,9 +562,10 @@ def runs_cmd(
         typer.Option(help=f"Only runs in this status ({', '.join(inspect.RUN_STATUSES)})."),
     ] = None,
     provider: Annotated[str | None, typer.Option(help="Only this provider's runs.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many runs.")] = 50,
     before: Annotated[
-        int | None, typer.Option(help="Runs older than this run id (the next page).")
+        int | None,
+        typer.Option(min=1, max=BIGINT_MAX, help="Runs older than this run id (the next page)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -568,7 +587,9 @@ def runs_cmd(
 
 @app.command("run", rich_help_panel=INSPECT_PANEL)
 def run_cmd(
-    run_id: Annotated[int, typer.Argument(metavar="ID", help="The run's id.")],
+    run_id: Annotated[
+        int, typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The run's id.")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """One run: timings, HTTP attempts, skipped records, failed rows, chunk jobs left."""
@@ -581,7 +602,9 @@ def run_cmd(
 @app.command("failures", rich_help_panel=INSPECT_PANEL)
 def failures_cmd(
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs and runs.")] = 50,
+    limit: Annotated[
+        int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs and runs.")
+    ] = 50,
     as_json: JsonOption = False,
 ) -> None:
     """Failing jobs with their last error, and the runs that failed in the last hour."""
@@ -609,9 +632,10 @@ def jobs_cmd(
         typer.Option(help=f"Only jobs in this state ({', '.join(JOB_STATES)})."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs.")] = 50,
     before: Annotated[
-        int | None, typer.Option(help="Jobs older than this job id (the next page).")
+        int | None,
+        typer.Option(min=1, max=BIGINT_MAX, help="Jobs older than this job id (the next page)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -629,7 +653,9 @@ def jobs_cmd(
 
 @app.command("job", rich_help_panel=INSPECT_PANEL)
 def job_cmd(
-    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job's id.")],
+    job_id: Annotated[
+        int, typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The job's id.")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """One job: state, attempts, times, worker and lease, payload, every recorded error."""
@@ -642,7 +668,8 @@ def job_cmd(
 @app.command("retry", rich_help_panel=INSPECT_PANEL)
 def retry_cmd(
     job_id: Annotated[
-        int | None, typer.Argument(metavar="ID", help="The job to run again now.")
+        int | None,
+        typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The job to run again now."),
     ] = None,
     all_dead: Annotated[
         bool, typer.Option("--all-dead", help="Every dead job instead of one.")
@@ -672,7 +699,9 @@ def retry_cmd(
 
 @app.command("discard", rich_help_panel=INSPECT_PANEL)
 def discard_cmd(
-    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job to cancel.")],
+    job_id: Annotated[
+        int, typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The job to cancel.")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job that has not finished (it can still be retried until cleaned up)."""
