@@ -176,6 +176,20 @@ def test_an_infinite_setting_is_one_line(
     )
 
 
+def test_markup_in_what_an_error_quotes_is_printed_as_it_is(worker_env: dict[str, str]) -> None:
+    result = pgenough("no[/]such", env=worker_env)
+    assert result.returncode == 2
+    assert error_line(result) == "error: pgenough: No such command 'no[/]such'."
+
+
+def test_a_newline_in_database_url_stays_on_the_error_line(worker_env: dict[str, str]) -> None:
+    env = dict(worker_env, DATABASE_URL=f"host=127.0.0.1 port=1 user=app dbname='db\n{FORGED}'")
+    result = pgenough("migrate", env=env)
+    assert result.returncode == 1
+    assert error_line(result).startswith("error: cannot connect to ")
+    assert "db\\n2026-01-01" in result.stderr
+
+
 def _config(tmp_path: Path, providers: str) -> Path:
     path = tmp_path / "pgenough.toml"
     # A TOML basic string: \uXXXX and \n are escapes there, so the file is plain ASCII.

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 # typer (0.29) vendors click: its usage errors are these classes, not click's.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -88,8 +89,15 @@ def _settings() -> Settings:
         _fail(f"invalid configuration: {exc}", code=2)
 
 
+def _say_error(message: str) -> None:
+    # Text, not markup: a message may quote what it was given (a path, a URL, a command),
+    # where "[/]" would be taken for a tag; and one line, whatever characters it quotes.
+    line = Text.assemble(("error:", "bold red"), " ", logs.escape_controls(message))
+    err.print(line, highlight=False)
+
+
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    _say_error(message)
     raise typer.Exit(code)
 
 
@@ -732,9 +740,9 @@ def main() -> None:
     except ClickException as exc:
         ctx = exc.ctx if isinstance(exc, UsageError) else None
         where = f"{ctx.command_path}: " if ctx is not None else ""
-        err.print(f"[bold red]error:[/] {where}{exc.format_message()}", highlight=False)
+        _say_error(f"{where}{exc.format_message()}")
         sys.exit(exc.exit_code)
     except typer.Abort:
-        err.print("[bold red]error:[/] aborted", highlight=False)
+        _say_error("aborted")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
