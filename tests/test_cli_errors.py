@@ -176,6 +176,22 @@ def test_an_infinite_setting_is_one_line(
     )
 
 
+@pytest.mark.parametrize("command", ["api", "demo"])
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("PGENOUGH_UI_TOKEN", "", "ui_token must not be empty"),
+        ("PGENOUGH_API_MAX_CONCURRENT_SEARCHES", "9", "api_max_concurrent_searches (9) must be"),
+    ],
+)
+def test_impossible_api_settings_are_one_line(
+    worker_env: dict[str, str], command: str, variable: str, value: str, says: str
+) -> None:
+    result = pgenough(command, "--port", "0", env=dict(worker_env, **{variable: value}))
+    assert result.returncode == 2
+    assert error_line(result).startswith(f"error: invalid configuration: {says}")
+
+
 def test_markup_in_what_an_error_quotes_is_printed_as_it_is(worker_env: dict[str, str]) -> None:
     result = pgenough("no[/]such", env=worker_env)
     assert result.returncode == 2

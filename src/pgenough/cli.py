@@ -245,6 +245,7 @@ def demo(
     # The demo prints each run itself; keep the log to what needs attention.
     logging.getLogger("pgenough").setLevel(logging.WARNING)
     logging.getLogger("pgenough.core.db").setLevel(logging.INFO)
+    _check_api_settings(settings)
     with _listen(HOST, port) as sock:
         url = _database_url(settings)
         config = DemoConfig(plans=plans, interval=interval)
@@ -435,6 +436,19 @@ async def _drain_with_progress(
     return await work
 
 
+def _check_api_settings(settings: Settings) -> None:
+    """Impossible API or dashboard settings: one line and exit 2 now, before the database
+    starts (``create_app`` would find them only after it has)."""
+    from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
+    from pgenough.api.app import api_config
+
+    try:
+        api_config(settings)
+        ui.ui_config(settings)
+    except ApiConfigError as exc:
+        _fail(f"invalid configuration: {exc}", code=2)
+
+
 @app.command("api")
 def api_cmd(
     host: Annotated[
@@ -448,16 +462,12 @@ def api_cmd(
     ] = False,
 ) -> None:
     """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
-    from pgenough.api import ApiConfigError, create_app, prepare_database  # slow to import
-    from pgenough.api.app import api_config
+    from pgenough.api import create_app, prepare_database  # slow to import
     from pgenough.api.server import ApiServer
 
     settings = _settings()
     _setup_logging(settings)
-    try:
-        api_config(settings)  # impossible settings fail before the database starts
-    except ApiConfigError as exc:
-        _fail(f"invalid configuration: {exc}", code=2)
+    _check_api_settings(settings)
     with _listen(host or settings.api_host, settings.api_port if port is None else port) as sock:
         url = _database_url(settings)
         api = create_app(settings.model_copy(update={"database_url": url}))
