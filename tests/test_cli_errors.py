@@ -50,6 +50,8 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
         ["provider-sim", "--port", "-1"],
         ["worker", "process", "--metrics-port", "65536"],
         ["worker", "fetch", "--metrics-port", "-1", "--provider", "p=http://h/"],
+        ["worker", "fetch", "--interval", "inf", "--provider", "p=http://h/"],
+        ["demo", "--interval", "inf"],
     ],
 )
 def test_a_number_out_of_range_is_a_usage_error(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import signal
 import socket
 import sys
@@ -217,6 +218,13 @@ def migrate_cmd(
     out.print(f"schema version {version}")
 
 
+def _finite(value: float | None) -> float | None:
+    # The option's minimum lets inf through, as the settings would without allow_inf_nan.
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
 def _snapshot_plans(value: int) -> int:
     """``--plans`` within what the simulator generates (its module is imported only here:
     the other commands never need it)."""
@@ -233,7 +241,9 @@ def demo(
     plans: Annotated[
         int, typer.Option(callback=_snapshot_plans, help="Plans per simulated snapshot.")
     ] = 20_000,
-    interval: Annotated[float, typer.Option(min=1, help="Seconds between fetches.")] = 15.0,
+    interval: Annotated[
+        float, typer.Option(min=1, callback=_finite, help="Seconds between fetches.")
+    ] = 15.0,
 ) -> None:
     """The whole plan service in one process: a misbehaving simulated provider, fetch and
     process workers, and the API (embedded PostgreSQL unless DATABASE_URL)."""
@@ -305,7 +315,10 @@ def worker_fetch(
         bool, typer.Option("--once", help="Fetch each provider once; exit 1 if any run failed.")
     ] = False,
     interval: Annotated[
-        float | None, typer.Option(min=0.1, help="Seconds between fetches (default: settings).")
+        float | None,
+        typer.Option(
+            min=0.1, callback=_finite, help="Seconds between fetches (default: settings)."
+        ),
     ] = None,
     metrics_port: MetricsPortOption = None,
 ) -> None:
