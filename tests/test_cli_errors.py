@@ -5,6 +5,7 @@ command as a subprocess, on a real PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -192,6 +193,28 @@ def test_impossible_api_settings_are_one_line(
     result = pgenough(command, "--port", "0", env=dict(worker_env, **{variable: value}))
     assert result.returncode == 2
     assert error_line(result).startswith(f"error: invalid configuration: {says}")
+
+
+NOT_UTF8 = os.fsdecode(b"x\xff")  # as Python holds bytes that do not decode: a lone surrogate
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["runs", "--provider", NOT_UTF8], ["jobs", "--queue", NOT_UTF8], ["api", "--host", NOT_UTF8]],
+)
+def test_an_argument_that_is_not_utf8_is_one_line(
+    worker_env: dict[str, str], args: list[str]
+) -> None:
+    result = pgenough(*args, env=worker_env)
+    assert result.returncode == 2
+    assert error_line(result) == "error: argument b'x\\xff' is not valid UTF-8"
+
+
+@pytest.mark.parametrize("variable", ["DATABASE_URL", "PGENOUGH_API_HOST", "PGENOUGH_PROVIDERS"])
+def test_a_setting_that_is_not_utf8_is_one_line(worker_env: dict[str, str], variable: str) -> None:
+    result = pgenough("status", env=dict(worker_env, **{variable: NOT_UTF8}))
+    assert result.returncode == 2
+    assert error_line(result) == f"error: invalid configuration: {variable} is not valid UTF-8"
 
 
 def test_markup_in_what_an_error_quotes_is_printed_as_it_is(worker_env: dict[str, str]) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import signal
 import socket
 import sys
@@ -78,6 +79,13 @@ _log_format: logs.LogFormat | None = None
 
 def _settings() -> Settings:
     """The settings, or exit 2 with what is wrong with them (as for a usage error)."""
+    prefix = Settings.model_config.get("env_prefix", "").upper()
+    for name, value in os.environ.items():
+        # PGENOUGH_CONFIG is a path, which the OS takes in any bytes; every other value
+        # would fail later, deep inside, the first time it is encoded.
+        readable = name.upper() == "PGENOUGH_CONFIG" or not _undecodable(value)
+        if not readable and (name.upper().startswith(prefix) or name == "DATABASE_URL"):
+            _fail(f"invalid configuration: {name} is not valid UTF-8", code=2)
     try:
         return Settings()
     except ConfigFileError as exc:
@@ -88,6 +96,16 @@ def _settings() -> Settings:
         _fail(f"invalid configuration: {where}: {first['msg']}", code=2)
     except SettingsError as exc:  # a value pydantic-settings could not even decode
         _fail(f"invalid configuration: {exc}", code=2)
+
+
+def _undecodable(text: str) -> bool:
+    """Whether ``text`` (an argument, an environment value) held bytes that are not UTF-8:
+    Python keeps them as lone surrogates, which nothing can encode again."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _say_error(message: str) -> None:
@@ -755,6 +773,10 @@ def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
 
 def main() -> None:
     """The console script: click's usage errors become one line like every other error."""
+    for arg in sys.argv[1:]:
+        if _undecodable(arg):
+            _say_error(f"argument {os.fsencode(arg)!r} is not valid UTF-8")
+            sys.exit(2)
     try:
         code = app(standalone_mode=False)
     except NoArgsIsHelpError as exc:
