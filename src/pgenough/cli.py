@@ -81,10 +81,10 @@ def _settings() -> Settings:
     """The settings, or exit 2 with what is wrong with them (as for a usage error)."""
     prefix = Settings.model_config.get("env_prefix", "").upper()
     for name, value in os.environ.items():
-        # PGENOUGH_CONFIG is a path, which the OS takes in any bytes; every other value
-        # would fail later, deep inside, the first time it is encoded.
-        readable = name.upper() == "PGENOUGH_CONFIG" or not _undecodable(value)
-        if not readable and (name.upper().startswith(prefix) or name == "DATABASE_URL"):
+        ours = name.upper().startswith(prefix) or name.upper() == "DATABASE_URL"
+        # PGENOUGH_CONFIG is a path, which the OS takes in any bytes; any other value would
+        # fail later, deep inside, the first time it is encoded.
+        if ours and name.upper() != "PGENOUGH_CONFIG" and _undecodable(value):
             _fail(f"invalid configuration: {name} is not valid UTF-8", code=2)
     try:
         return Settings()
@@ -237,7 +237,7 @@ def migrate_cmd(
 
 
 def _finite(value: float | None) -> float | None:
-    # The option's minimum lets inf through, as the settings would without allow_inf_nan.
+    # A minimum lets inf through (inf >= 0.1); the settings refuse it too (allow_inf_nan).
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number of seconds")
     return value
