@@ -11,7 +11,7 @@ with ``exc_info`` (the formatted traceback, a string) when an exception is logge
 
 A log line is one line whatever it quotes. Messages carry text from outside (a provider's URL,
 a reason, an exception's message, a request path), so a text line writes control characters
-and line separators as escapes (``\n``, ``\x1b``, ``\u2028``): a URL with a newline in it
+and line separators as escapes (``\\n``, ``\\x1b``, ``\\u2028``): a URL with a newline in it
 cannot start a forged line of its own. Only a traceback, after the line, spans lines. A JSON
 line escapes them too, including the separators ``json`` itself leaves raw.
 """
