@@ -18,11 +18,11 @@ from tests.helpers.procs import ROOT
 
 
 def pgenough(
-    *args: str, env: dict[str, str], timeout: float = 120
+    *args: str, env: dict[str, str], timeout: float = 120, cwd: str | os.PathLike[str] = ROOT
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "pgenough"), *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -57,7 +57,7 @@ def test_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> N
 def test_invalid_setting_is_one_clear_line(worker_env: dict[str, str]) -> None:
     env = dict(worker_env, PGENOUGH_WORKER_CONCURRENCY="0")
     result = pgenough("migrate", env=env)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: invalid configuration: worker_concurrency: "
         "Input should be greater than or equal to 1"
@@ -288,9 +288,7 @@ def test_metrics_port_in_use_is_one_clear_line(worker_env: dict[str, str]) -> No
         )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        f"error: cannot serve metrics on 127.0.0.1:{port}"
-    )
+    assert lines == [f"error: metrics: cannot listen on 127.0.0.1:{port}: address already in use"]
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,40 @@ def test_context_scopes_nest_and_close() -> None:
     assert TextFormatter().format(after).endswith("after")
 
 
+# Every character that ends a line for str.splitlines(), and ESC, which drives a terminal.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b"
+
+
+def test_a_text_line_stays_one_line_whatever_its_message_quotes() -> None:
+    forged = "".join(f"{c}2026-01-01 00:00:00,000 ERROR   forged" for c in LINE_BREAKS)
+    with log_context(provider="a b", run_id=1, note="x\ny"):
+        rec = record(f"fetching from http://h/{forged}")
+    line = TextFormatter().format(rec)
+    assert line.splitlines() == [line]
+    assert "http://h/\\n2026-01-01" in line and "\\u2028" in line and "\\x1b" in line
+    # A context value with a space, a quote or a bracket is quoted: it reads as one field.
+    assert line.endswith(' [provider="a b" run_id=1 note="x\\ny"]')
+
+
+def test_a_traceback_keeps_its_lines_after_the_escaped_one() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        with log_context(run_id=2):
+            failed = record("failed at\nhttp://h/", exc)
+    head, *trace = TextFormatter().format(failed).splitlines()
+    assert head.endswith("failed at\\nhttp://h/ [run_id=2]")
+    assert trace[0] == "Traceback (most recent call last):" and trace[-1] == "ValueError: boom"
+
+
+def test_a_json_line_escapes_what_json_leaves_raw() -> None:
+    rec = record(f"a{LINE_BREAKS}b")
+    line = JsonFormatter().format(rec)
+    assert line.splitlines() == [line]
+    assert json.loads(line)["message"] == f"a{LINE_BREAKS}b"
+    assert json.loads(JsonFormatter().format(record("prix: 12 €")))["message"] == "prix: 12 €"
+
+
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
     """JSON lines of every pgenough logger, as the CLI's handler writes them."""

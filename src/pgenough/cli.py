@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import os
 import signal
+import socket
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, Final, NoReturn, TypeVar
 
 import prometheus_client
 import psycopg
@@ -20,8 +23,10 @@ import typer
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 # typer (0.29) vendors click: its usage errors are these classes, not click's.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
@@ -41,12 +46,13 @@ from pgenough.core import (
     queue_stats,
     schema_version,
 )
+from pgenough.httpserver import ListenError, listen
 from pgenough.plans import inspect
 from pgenough.plans.fetch import PLANS_QUEUE, FetchConfig, RunResult, fetch_all, fetch_loop
 from pgenough.plans.process import process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
-from pgenough.settings import Settings
+from pgenough.settings import ConfigFileError, Settings
 
 app = typer.Typer(
     help="pgenough: reliable ingestion and messaging on one PostgreSQL database.",
@@ -56,6 +62,10 @@ app = typer.Typer(
 err = Console(stderr=True, soft_wrap=True)
 out = Console()
 T = TypeVar("T")
+
+BIGINT_MAX: Final = 2**63 - 1
+"""The largest id or limit: PostgreSQL reads them as bigint, and a larger number would fail
+there ("bigint out of range") instead of at the option."""
 
 
 class _LogFormatOption(StrEnum):
@@ -68,17 +78,63 @@ _log_format: logs.LogFormat | None = None
 
 
 def _settings() -> Settings:
+    """The settings, or exit 2 with what is wrong with them (as for a usage error)."""
+    prefix = Settings.model_config.get("env_prefix", "").upper()
+    for name, value in os.environ.items():
+        ours = name.upper().startswith(prefix) or name.upper() == "DATABASE_URL"
+        # PGENOUGH_CONFIG is a path, which the OS takes in any bytes; any other value would
+        # fail later, deep inside, the first time it is encoded.
+        if ours and name.upper() != "PGENOUGH_CONFIG" and _undecodable(value):
+            _fail(f"invalid configuration: {name} is not valid UTF-8", code=2)
     try:
         return Settings()
+    except ConfigFileError as exc:
+        _fail(str(exc), code=2)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
-        _fail(f"invalid configuration: {where}: {first['msg']}")
+        _fail(f"invalid configuration: {where}: {first['msg']}", code=2)
+    except SettingsError as exc:  # a value pydantic-settings could not even decode
+        _fail(f"invalid configuration: {exc}", code=2)
+
+
+def _undecodable(text: str) -> bool:
+    """Whether ``text`` (an argument, an environment value) held bytes that are not UTF-8:
+    Python keeps them as lone surrogates, which nothing can encode again."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _say_error(message: str) -> None:
+    # Text, not markup: a message may quote what it was given (a path, a URL, a command),
+    # where "[/]" would be taken for a tag; and one line, whatever characters it quotes.
+    line = Text.assemble(("error:", "bold red"), " ", logs.escape_controls(message))
+    err.print(line, highlight=False)
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    _say_error(message)
     raise typer.Exit(code)
+
+
+def _database_url(settings: Settings) -> str:
+    """``DATABASE_URL``, or the embedded server's, started now if need be."""
+    try:
+        return database_url(settings.database_url, settings.data_dir)
+    except PgenoughError as exc:
+        _fail(str(exc))
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now: a busy port is one line and exit 1, before anything
+    (the database, uvicorn) has started."""
+    try:
+        return listen(host, port)
+    except ListenError as exc:
+        _fail(str(exc))
 
 
 def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -180,15 +236,36 @@ def migrate_cmd(
     out.print(f"schema version {version}")
 
 
+def _finite(value: float | None) -> float | None:
+    # A minimum lets inf through (inf >= 0.1); the settings refuse it too (allow_inf_nan).
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
+def _snapshot_plans(value: int) -> int:
+    """``--plans`` within what the simulator generates (its module is imported only here:
+    the other commands never need it)."""
+    from pgenough.plans.sim import MAX_PLANS
+
+    if not 1 <= value <= MAX_PLANS:
+        raise typer.BadParameter(f"{value} is not in the range 1 to {MAX_PLANS:,}")
+    return value
+
+
 @app.command()
 def demo(
     port: Annotated[int, typer.Option(min=0, max=65535, help="API port (0: any free one).")] = 8000,
-    plans: Annotated[int, typer.Option(min=1, help="Plans per simulated snapshot.")] = 20_000,
-    interval: Annotated[float, typer.Option(min=1, help="Seconds between fetches.")] = 15.0,
+    plans: Annotated[
+        int, typer.Option(callback=_snapshot_plans, help="Plans per simulated snapshot.")
+    ] = 20_000,
+    interval: Annotated[
+        float, typer.Option(min=1, callback=_finite, help="Seconds between fetches.")
+    ] = 15.0,
 ) -> None:
     """The whole plan service in one process: a misbehaving simulated provider, fetch and
     process workers, and the API (embedded PostgreSQL unless DATABASE_URL)."""
-    from pgenough.demo import DemoConfig
+    from pgenough.demo import HOST, DemoConfig
     from pgenough.demo import run as run_demo
 
     settings = _settings()
@@ -196,9 +273,11 @@ def demo(
     # The demo prints each run itself; keep the log to what needs attention.
     logging.getLogger("pgenough").setLevel(logging.WARNING)
     logging.getLogger("pgenough.core.db").setLevel(logging.INFO)
-    url = database_url(settings.database_url, settings.data_dir)
-    config = DemoConfig(port=port, plans=plans, interval=interval)
-    raise typer.Exit(_run(lambda: run_demo(settings, url, config)))
+    _check_api_settings(settings)
+    with _listen(HOST, port) as sock:
+        url = _database_url(settings)
+        config = DemoConfig(plans=plans, interval=interval)
+        raise typer.Exit(_run(lambda: run_demo(settings, url, config, sock)))
 
 
 worker_app = typer.Typer(help="Run a fetch or process worker.", no_args_is_help=True)
@@ -238,7 +317,7 @@ def _serve_metrics(settings: Settings, port: int | None) -> None:
     try:
         server, _ = prometheus_client.start_http_server(port, addr=host)
     except OSError as exc:
-        _fail(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}")
+        _fail(f"metrics: {ListenError(host, port, exc)}")
     logging.getLogger("pgenough.cli").info(
         "metrics at http://%s:%d/metrics", host, server.server_port
     )
@@ -254,7 +333,10 @@ def worker_fetch(
         bool, typer.Option("--once", help="Fetch each provider once; exit 1 if any run failed.")
     ] = False,
     interval: Annotated[
-        float | None, typer.Option(min=0.1, help="Seconds between fetches (default: settings).")
+        float | None,
+        typer.Option(
+            min=0.1, callback=_finite, help="Seconds between fetches (default: settings)."
+        ),
     ] = None,
     metrics_port: MetricsPortOption = None,
 ) -> None:
@@ -385,6 +467,19 @@ async def _drain_with_progress(
     return await work
 
 
+def _check_api_settings(settings: Settings) -> None:
+    """Impossible API or dashboard settings: one line and exit 2 now, before the database
+    starts (``create_app`` would find them only after it has)."""
+    from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
+    from pgenough.api.app import api_config
+
+    try:
+        api_config(settings)
+        ui.ui_config(settings)
+    except ApiConfigError as exc:
+        _fail(f"invalid configuration: {exc}", code=2)
+
+
 @app.command("api")
 def api_cmd(
     host: Annotated[
@@ -398,47 +493,35 @@ def api_cmd(
     ] = False,
 ) -> None:
     """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
-    from pgenough.api import ApiConfigError, create_app, prepare_database  # slow to import
-    from pgenough.api.app import api_config
+    from pgenough.api import create_app, prepare_database  # slow to import
     from pgenough.api.server import ApiServer
-    from pgenough.api.ui import ui_config
 
     settings = _settings()
     _setup_logging(settings)
     # --host is where the API binds, which the dashboard answers to as its own name.
     settings = settings.model_copy(update={"api_host": host or settings.api_host})
-    try:
-        api_config(settings)  # impossible settings fail before the database starts
-        ui_config(settings)
-    except ApiConfigError as exc:
-        _fail(f"invalid configuration: {exc}")
-    try:
-        url = database_url(settings.database_url, settings.data_dir)
-    except PgenoughError as exc:
-        _fail(str(exc))
-    api = create_app(settings.model_copy(update={"database_url": url}))
-    config = uvicorn.Config(
-        api,
-        host=settings.api_host,
-        port=settings.api_port if port is None else port,
-        workers=1,
-        loop="asyncio",
-        log_config=None,
-        access_log=access_log,
-    )
-    server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
+    _check_api_settings(settings)
+    with _listen(settings.api_host, settings.api_port if port is None else port) as sock:
+        url = _database_url(settings)
+        api = create_app(settings.model_copy(update={"database_url": url}))
+        config = uvicorn.Config(
+            api, workers=1, loop="asyncio", log_config=None, access_log=access_log
+        )
+        server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 
-    async def main() -> int:
-        await prepare_database(url, migrate_schema=settings.api_migrate)
-        await server.serve()
-        return 0 if server.started else 1
+        async def main() -> int:
+            await prepare_database(url, migrate_schema=settings.api_migrate)
+            await server.serve(sockets=[sock])
+            return 0 if server.started else 1
 
-    raise typer.Exit(_run(main))
+        raise typer.Exit(_run(main))
 
 
 @app.command("provider-sim")
 def provider_sim(
-    plans: Annotated[int, typer.Option(min=1, help="Plans per snapshot.")] = 1000,
+    plans: Annotated[
+        int, typer.Option(callback=_snapshot_plans, help="Plans per snapshot.")
+    ] = 1000,
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     seed: Annotated[int, typer.Option(help="Snapshots are a function of seed and version.")] = 1,
@@ -450,8 +533,8 @@ def provider_sim(
     _setup_logging(settings)
     try:
         sim.serve(plans=plans, port=port, seed=seed, host=host)
-    except OSError as exc:
-        _fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+    except ListenError as exc:
+        _fail(str(exc))
 
 
 # -- inspecting and repairing ---------------------------------------------------------------
@@ -530,9 +613,10 @@ def runs_cmd(
         typer.Option(help=f"Only runs in this status ({', '.join(inspect.RUN_STATUSES)})."),
     ] = None,
     provider: Annotated[str | None, typer.Option(help="Only this provider's runs.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many runs.")] = 50,
     before: Annotated[
-        int | None, typer.Option(help="Runs older than this run id (the next page).")
+        int | None,
+        typer.Option(min=1, max=BIGINT_MAX, help="Runs older than this run id (the next page)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -554,7 +638,9 @@ def runs_cmd(
 
 @app.command("run", rich_help_panel=INSPECT_PANEL)
 def run_cmd(
-    run_id: Annotated[int, typer.Argument(metavar="ID", help="The run's id.")],
+    run_id: Annotated[
+        int, typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The run's id.")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """One run: timings, HTTP attempts, skipped records, failed rows, chunk jobs left."""
@@ -567,7 +653,9 @@ def run_cmd(
 @app.command("failures", rich_help_panel=INSPECT_PANEL)
 def failures_cmd(
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs and runs.")] = 50,
+    limit: Annotated[
+        int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs and runs.")
+    ] = 50,
     as_json: JsonOption = False,
 ) -> None:
     """Failing jobs with their last error, and the runs that failed in the last hour."""
@@ -595,9 +683,10 @@ def jobs_cmd(
         typer.Option(help=f"Only jobs in this state ({', '.join(JOB_STATES)})."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs.")] = 50,
     before: Annotated[
-        int | None, typer.Option(help="Jobs older than this job id (the next page).")
+        int | None,
+        typer.Option(min=1, max=BIGINT_MAX, help="Jobs older than this job id (the next page)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -615,7 +704,9 @@ def jobs_cmd(
 
 @app.command("job", rich_help_panel=INSPECT_PANEL)
 def job_cmd(
-    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job's id.")],
+    job_id: Annotated[
+        int, typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The job's id.")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """One job: state, attempts, times, worker and lease, payload, every recorded error."""
@@ -628,7 +719,8 @@ def job_cmd(
 @app.command("retry", rich_help_panel=INSPECT_PANEL)
 def retry_cmd(
     job_id: Annotated[
-        int | None, typer.Argument(metavar="ID", help="The job to run again now.")
+        int | None,
+        typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The job to run again now."),
     ] = None,
     all_dead: Annotated[
         bool, typer.Option("--all-dead", help="Every dead job instead of one.")
@@ -658,7 +750,9 @@ def retry_cmd(
 
 @app.command("discard", rich_help_panel=INSPECT_PANEL)
 def discard_cmd(
-    job_id: Annotated[int, typer.Argument(metavar="ID", help="The job to cancel.")],
+    job_id: Annotated[
+        int, typer.Argument(metavar="ID", min=1, max=BIGINT_MAX, help="The job to cancel.")
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job that has not finished (it can still be retried until cleaned up)."""
@@ -681,6 +775,10 @@ def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
 
 def main() -> None:
     """The console script: click's usage errors become one line like every other error."""
+    for arg in sys.argv[1:]:
+        if _undecodable(arg):
+            _say_error(f"argument {os.fsencode(arg)!r} is not valid UTF-8")
+            sys.exit(2)
     try:
         code = app(standalone_mode=False)
     except NoArgsIsHelpError as exc:
@@ -689,9 +787,9 @@ def main() -> None:
     except ClickException as exc:
         ctx = exc.ctx if isinstance(exc, UsageError) else None
         where = f"{ctx.command_path}: " if ctx is not None else ""
-        err.print(f"[bold red]error:[/] {where}{exc.format_message()}", highlight=False)
+        _say_error(f"{where}{exc.format_message()}")
         sys.exit(exc.exit_code)
     except typer.Abort:
-        err.print("[bold red]error:[/] aborted", highlight=False)
+        _say_error("aborted")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

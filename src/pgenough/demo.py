@@ -18,12 +18,14 @@ import signal
 import socket
 import uuid
 from dataclasses import dataclass
+from typing import Final
 
 import uvicorn
 
 from pgenough.api.app import MIGRATIONS, create_app
 from pgenough.api.server import ApiServer
 from pgenough.core import Gap, WorkerConfig, migrate, open_pool, subscribe
+from pgenough.httpserver import base_url
 from pgenough.plans.fetch import RunResult, fetch_loop
 from pgenough.plans.process import PLANS_CHANGED, process_worker
 from pgenough.plans.provider import ProviderConfig
@@ -31,6 +33,9 @@ from pgenough.plans.sim import SimServer
 from pgenough.settings import Settings
 
 log = logging.getLogger("pgenough.demo")
+
+HOST: Final = "127.0.0.1"
+"""Loopback only: the demo is for the machine it runs on."""
 
 # What the simulated provider does to each fetch, and how often (weights).
 FAULTS = {
@@ -45,7 +50,6 @@ FAULTS = {
 
 @dataclass(frozen=True)
 class DemoConfig:
-    port: int = 8000
     plans: int = 20_000
     interval: float = 15.0
     seed: int = 1
@@ -78,13 +82,9 @@ def _describe(result: RunResult | None) -> str:
     )
 
 
-async def run(settings: Settings, url: str, config: DemoConfig) -> int:
-    """Run the demo until SIGINT/SIGTERM."""
-    try:
-        sock = socket.create_server(("127.0.0.1", config.port))
-    except OSError as exc:
-        print(f"error: cannot listen on 127.0.0.1:{config.port}: {exc.strerror}")
-        return 1
+async def run(settings: Settings, url: str, config: DemoConfig, sock: socket.socket) -> int:
+    """Run the demo until SIGINT/SIGTERM, the API on ``sock`` (``httpserver.listen(HOST,
+    port)``: the caller binds it first, so that a busy port fails before anything starts)."""
     port = sock.getsockname()[1]
     pool = await open_pool(url, max_size=8, name="pgenough-demo")
     async with pool.connection() as conn:
@@ -113,7 +113,7 @@ async def run(settings: Settings, url: str, config: DemoConfig) -> int:
             print("error: the API did not start", flush=True)
             return 1
         await asyncio.sleep(0.05)
-    base = f"http://127.0.0.1:{port}"
+    base = base_url(HOST, port)
     print(
         f"\npgenough demo: the plan service, all in one process\n"
         f"  search: curl '{base}/search?starts_at=2021-01-01T00:00:00"

@@ -1,17 +1,63 @@
-"""uvicorn's server as every pgenough HTTP process runs it: a graceful stop exits 0.
+"""uvicorn's server as every pgenough HTTP process runs it, on a socket bound beforehand.
+
+``listen`` binds the socket before the server (and, for ``pgenough api``, before the
+database) starts, so a busy port or an unknown host is one ``ListenError`` naming the
+address, instead of uvicorn's log lines about it and its exit 3. Shared by ``pgenough api``,
+``pgenough provider-sim`` and ``pgenough demo``.
 
 uvicorn re-raises a SIGTERM or SIGINT it handled once it has shut down, so the process dies
 of the signal (exit -15) even after a clean stop. A supervisor (systemd, Kubernetes, a test)
-should see success, as it does from the workers. Shared by ``pgenough api`` and
-``pgenough provider-sim``.
+should see success, as it does from the workers: ``GracefulServer`` exits 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
+from typing import Final
 
 import uvicorn
+
+from pgenough.core import PgenoughError
+
+BACKLOG: Final = 2048
+"""uvicorn's own default backlog."""
+
+
+def address(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def base_url(host: str, port: int) -> str:
+    return f"http://{address(host, port)}"
+
+
+class ListenError(PgenoughError):
+    """An address could not be listened on: the port is taken or not ours, the host unknown."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        # "address already in use", as it reads mid-sentence.
+        super().__init__(
+            f"cannot listen on {address(host, port)}: {reason[:1].lower()}{reason[1:]}"
+        )
+        self.host, self.port = host, port
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket: a busy port fails here as ``ListenError``; port 0 gets a real port;
+    and connections queue from now on, before the server runs."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(host, port, exc) from exc
+    return sock
 
 
 class GracefulServer(uvicorn.Server):

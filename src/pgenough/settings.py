@@ -2,6 +2,8 @@
 
 Precedence: command-line options > environment (``DATABASE_URL``, ``PGENOUGH_*``) > the TOML
 file named by ``PGENOUGH_CONFIG`` (default ``./pgenough.toml`` when it exists) > defaults.
+A file that is named but missing, or that cannot be read or parsed, is a ``ConfigFileError``,
+never a file silently ignored.
 Only ``cli.py`` and the API's app factory (``pgenough.api.create_app``) read this; they hand
 small typed configs to the code below them.
 """
@@ -9,8 +11,9 @@ small typed configs to the code below them.
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import (
@@ -20,7 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pgenough.core import MaintenanceConfig, WorkerConfig
+from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core.db import default_data_dir
 from pgenough.plans.fetch import DEFAULT_DEADLINE, FetchConfig
 from pgenough.plans.provider import (
@@ -30,13 +33,62 @@ from pgenough.plans.provider import (
     ProviderConfig,
 )
 
+DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
 
-def _config_file() -> Path:
-    return Path(os.environ.get("PGENOUGH_CONFIG", "pgenough.toml"))
+
+class ConfigFileError(PgenoughError):
+    """The configuration file is missing, not a file, unreadable, or not valid TOML."""
+
+
+def _config_file() -> Path | None:
+    """The TOML file to read: the one ``PGENOUGH_CONFIG`` names, which must exist, else
+    ``./pgenough.toml`` when it exists, else None."""
+    named = os.environ.get("PGENOUGH_CONFIG")
+    if named == "":
+        raise ConfigFileError("PGENOUGH_CONFIG is empty: name a TOML file, or unset it")
+    # Expanded as pydantic-settings expands it, so that both mean the same file.
+    path = Path(named or DEFAULT_CONFIG_FILE).expanduser()
+    try:
+        if not path.exists():
+            if named is None:
+                return None
+            raise ConfigFileError(
+                f"PGENOUGH_CONFIG names {named}, which does not exist:"
+                " create it, or unset PGENOUGH_CONFIG"
+            )
+        if not path.is_file():
+            hint = "remove it, or set" if named is None else "set"
+            raise ConfigFileError(
+                f"config file {path} is not a file: {hint} PGENOUGH_CONFIG to a TOML file"
+            )
+    except OSError as exc:  # exists() lets a permission error through
+        raise _unreadable(path, exc) from exc
+    return path
+
+
+def _unreadable(path: Path, exc: OSError) -> ConfigFileError:
+    return ConfigFileError(f"cannot read config file {path}: {exc.strerror or exc}")
+
+
+def _toml_source(settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+    path = _config_file()
+    if path is None:
+        return TomlConfigSettingsSource(settings_cls, toml_file=None)
+    try:
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(
+            f"config file {path} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(f"config file {path} is not valid TOML: {exc}") from exc
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PGENOUGH_", extra="forbid")
+    # An infinite number of seconds passes the bounds below (inf > 0) but means nothing.
+    model_config = SettingsConfigDict(env_prefix="PGENOUGH_", extra="forbid", allow_inf_nan=False)
 
     database_url: str | None = Field(
         default=None,
@@ -215,11 +267,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (
-            init_settings,
-            env_settings,
-            TomlConfigSettingsSource(settings_cls, toml_file=_config_file()),
-        )
+        return (init_settings, env_settings, _toml_source(settings_cls))
 
     def provider_configs(self, extra: list[str] | None = None) -> list[ProviderConfig]:
         """Providers from ``--provider NAME=URL`` options, else from ``providers``."""

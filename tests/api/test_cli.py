@@ -30,7 +30,7 @@ def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def test_an_impossible_bulkhead_is_one_clear_line(worker_env: dict[str, str]) -> None:
     env = dict(worker_env, PGENOUGH_API_MAX_CONCURRENT_SEARCHES="9")
     result = run("api", "--port", str(free_port()), env=env)
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(

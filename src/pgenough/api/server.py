@@ -1,6 +1,7 @@
 """uvicorn's server, taught to end the dashboard's live streams when it stops, and not to log
 an error for a search stream it cut on purpose (``pgenough.api.answer``); and, as every
-pgenough server, to exit 0 after a graceful stop (``pgenough.httpserver``).
+pgenough server, to exit 0 after a graceful stop and to serve a socket bound beforehand
+(``pgenough.httpserver``).
 
 An event stream never finishes on its own, and uvicorn waits for every open response before
 it runs the lifespan's shutdown (where the streams would otherwise end): without this a
@@ -17,13 +18,22 @@ from fastapi import FastAPI
 
 from pgenough.api.answer import IncompleteFilter
 from pgenough.api.ui import end_streams
-from pgenough.httpserver import GracefulServer
+from pgenough.httpserver import GracefulServer, base_url
+
+log = logging.getLogger(__name__)
 
 
 class ApiServer(GracefulServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         logging.getLogger("uvicorn.error").addFilter(IncompleteFilter())
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # uvicorn says where it listens only when it bound the address itself.
+        if self.started and sockets:
+            host, port = sockets[0].getsockname()[:2]
+            log.info("serving on %s (docs at /docs)", base_url(host, port))
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         app = self.config.app

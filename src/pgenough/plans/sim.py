@@ -71,7 +71,7 @@ from starlette.routing import Route
 from starlette.types import Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from pgenough.httpserver import GracefulServer
+from pgenough.httpserver import GracefulServer, base_url, listen
 from pgenough.plans.simdata import (
     BYTES_PER_PLAN,
     VARIANTS,
@@ -485,25 +485,6 @@ def _uvicorn_config(app: Starlette, log_level: str) -> uvicorn.Config:
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket: a busy port fails here, clearly; port 0 gets a real port; and
-    connections queue from now on, before the server runs."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def _base_url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 class SimServer:
     """The simulator on a background thread, for tests and benchmarks::
 
@@ -537,7 +518,7 @@ class SimServer:
     @property
     def base_url(self) -> str:
         """``http://host:port``, the server's root."""
-        return _base_url(self.host, self._port)
+        return base_url(self.host, self._port)
 
     @property
     def url(self) -> str:
@@ -548,7 +529,7 @@ class SimServer:
         """Start serving; returns once the server accepts connections."""
         if self._thread is not None:
             raise RuntimeError("the simulator is already running")
-        sock = _bind(self.host, self._port)
+        sock = listen(self.host, self._port)
         self._port = sock.getsockname()[1]
         server = _Server(_uvicorn_config(create_app(self.config, self.state), "warning"))
 
@@ -610,10 +591,11 @@ def serve(
     seed: int = DEFAULT_SEED,
     host: str = "127.0.0.1",
 ) -> None:
-    """Serve the simulator in the foreground until Ctrl-C (``pgenough provider-sim``)."""
-    sock = _bind(host, port)
+    """Serve the simulator in the foreground until Ctrl-C (``pgenough provider-sim``);
+    ``ListenError`` when it cannot take the address."""
     app = create_app(SimConfig(plans=plans, seed=seed))
-    url = _base_url(host, sock.getsockname()[1])
+    sock = listen(host, port)
+    url = base_url(host, sock.getsockname()[1])
     banner = f"provider simulator: {url}/planList ({plans} plans, seed {seed})"
     server = _Server(_uvicorn_config(app, "info"), banner)
     try:

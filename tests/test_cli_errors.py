@@ -1,0 +1,281 @@
+"""Every way a command is misused or meets a broken environment ends the same way: one line
+on stderr that names the problem, a non-zero exit, never a traceback (the ``pgenough``
+command as a subprocess, on a real PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pgenough.cli import BIGINT_MAX
+from pgenough.plans.sim import SimServer
+from tests.test_cli import free_port, pgenough
+
+TOO_BIG = "99999999999999999999"  # > 2**63 - 1: PostgreSQL's "bigint out of range"
+# A log line of its own, if it could start one (without a comma: one splits providers).
+FORGED = "2026-01-01 00:00:00 ERROR   pgenough.plans.fetch: forged"
+
+
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line on stderr, an error line."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.db
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "--limit", TOO_BIG],
+        ["runs", "--before", TOO_BIG],
+        ["jobs", "--limit", TOO_BIG],
+        ["jobs", "--before", TOO_BIG],
+        ["failures", "--limit", TOO_BIG],
+        ["run", TOO_BIG],
+        ["job", TOO_BIG],
+        ["retry", TOO_BIG],
+        ["discard", TOO_BIG],
+        ["runs", "--before", "0"],
+        ["provider-sim", "--plans", TOO_BIG],
+        ["demo", "--plans", TOO_BIG],
+        ["api", "--port", "65536"],
+        ["demo", "--port", "65536"],
+        ["provider-sim", "--port", "-1"],
+        ["worker", "process", "--metrics-port", "65536"],
+        ["worker", "fetch", "--metrics-port", "-1", "--provider", "p=http://h/"],
+        ["worker", "fetch", "--interval", "inf", "--provider", "p=http://h/"],
+        ["demo", "--interval", "inf"],
+    ],
+)
+def test_a_number_out_of_range_is_a_usage_error(
+    db: object, worker_env: dict[str, str], args: list[str]
+) -> None:
+    result = pgenough(*args, env=worker_env)
+    assert result.returncode == 2
+    line = error_line(result)
+    command = " ".join(args[:2]) if args[0] == "worker" else args[0]
+    assert line.startswith(f"error: pgenough {command}: Invalid value for "), line
+
+
+@pytest.mark.db
+def test_the_largest_bigint_is_a_valid_id_and_limit(db: object, worker_env: dict[str, str]) -> None:
+    top = str(BIGINT_MAX)
+    assert pgenough("runs", "--limit", top, "--before", top, env=worker_env).returncode == 0
+    assert pgenough("jobs", "--limit", top, "--before", top, env=worker_env).returncode == 0
+    missing = pgenough("run", top, env=worker_env)
+    assert error_line(missing) == f"error: run {top} not found"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["api", "--port", "{port}"],
+        ["provider-sim", "--port", "{port}"],
+        ["demo", "--port", "{port}"],
+        ["worker", "fetch", "--once", "--provider", "p=http://h/", "--metrics-port", "{port}"],
+    ],
+)
+def test_a_busy_port_is_one_line(worker_env: dict[str, str], command: list[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = pgenough(*(a.format(port=port) for a in command), env=worker_env)
+    assert result.returncode == 1
+    metrics = "metrics: " if "--metrics-port" in command else ""
+    assert error_line(result) == (
+        f"error: {metrics}cannot listen on 127.0.0.1:{port}: address already in use"
+    )
+
+
+def test_an_unknown_host_is_one_line(worker_env: dict[str, str]) -> None:
+    result = pgenough("api", "--host", "no-such-host.invalid", "--port", "0", env=worker_env)
+    assert result.returncode == 1
+    assert error_line(result).startswith("error: cannot listen on no-such-host.invalid:0: ")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("missing.toml", None, "error: PGENOUGH_CONFIG names {path}, which does not exist"),
+        ("bad.toml", b"log_level = \n", "error: config file {path} is not valid TOML: "),
+        ("latin1.toml", b'log_level = "\xff"\n', "error: config file {path} is not UTF-8 text"),
+        ("a-directory", "dir", "error: config file {path} is not a file"),
+        ("[/]odd.toml", None, "error: PGENOUGH_CONFIG names {path}, which does not exist"),
+        (
+            "value.toml",
+            b'worker_concurrency = "many"\n',
+            "error: invalid configuration: worker_concurrency: Input should be a valid integer",
+        ),
+    ],
+)
+def test_a_config_file_that_cannot_be_used_is_one_line(
+    worker_env: dict[str, str],
+    tmp_path: Path,
+    name: str,
+    content: bytes | str | None,
+    says: str,
+) -> None:
+    path = tmp_path / name
+    if content == "dir":
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    result = pgenough("status", env=dict(worker_env, PGENOUGH_CONFIG=str(path)))
+    assert result.returncode == 2
+    assert error_line(result).startswith(says.format(path=path))
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc")
+def test_an_unreadable_config_file_is_one_line(worker_env: dict[str, str]) -> None:
+    # A regular file that no one can read from its start, root included (the tests may run
+    # as root, who may read a chmod 000 file).
+    result = pgenough("status", env=dict(worker_env, PGENOUGH_CONFIG="/proc/self/mem"))
+    assert result.returncode == 2
+    assert error_line(result) == (
+        "error: cannot read config file /proc/self/mem: Input/output error"
+    )
+
+
+def test_an_empty_pgenough_config_is_one_line(worker_env: dict[str, str]) -> None:
+    result = pgenough("status", env=dict(worker_env, PGENOUGH_CONFIG=""))
+    assert result.returncode == 2
+    assert error_line(result) == "error: PGENOUGH_CONFIG is empty: name a TOML file, or unset it"
+
+
+def test_a_default_config_file_that_is_a_directory_is_one_line(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "pgenough.toml").mkdir()
+    env = {k: v for k, v in worker_env.items() if k != "PGENOUGH_CONFIG"}
+    result = pgenough("status", env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert error_line(result) == (
+        "error: config file pgenough.toml is not a file: remove it, or set PGENOUGH_CONFIG"
+        " to a TOML file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("PGENOUGH_WORKER_LEASE", "inf"), ("PGENOUGH_FETCH_INTERVAL", "inf")],
+)
+def test_an_infinite_setting_is_one_line(
+    worker_env: dict[str, str], variable: str, value: str
+) -> None:
+    result = pgenough("status", env=dict(worker_env, **{variable: value}))
+    assert result.returncode == 2
+    field = variable.removeprefix("PGENOUGH_").lower()
+    assert error_line(result) == (
+        f"error: invalid configuration: {field}: Input should be a finite number"
+    )
+
+
+@pytest.mark.parametrize("command", ["api", "demo"])
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("PGENOUGH_UI_TOKEN", "", "ui_token must not be empty"),
+        ("PGENOUGH_API_MAX_CONCURRENT_SEARCHES", "9", "api_max_concurrent_searches (9) must be"),
+    ],
+)
+def test_impossible_api_settings_are_one_line(
+    worker_env: dict[str, str], command: str, variable: str, value: str, says: str
+) -> None:
+    result = pgenough(command, "--port", "0", env=dict(worker_env, **{variable: value}))
+    assert result.returncode == 2
+    assert error_line(result).startswith(f"error: invalid configuration: {says}")
+
+
+NOT_UTF8 = os.fsdecode(b"x\xff")  # as Python holds bytes that do not decode: a lone surrogate
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["runs", "--provider", NOT_UTF8], ["jobs", "--queue", NOT_UTF8], ["api", "--host", NOT_UTF8]],
+)
+def test_an_argument_that_is_not_utf8_is_one_line(
+    worker_env: dict[str, str], args: list[str]
+) -> None:
+    result = pgenough(*args, env=worker_env)
+    assert result.returncode == 2
+    assert error_line(result) == "error: argument b'x\\xff' is not valid UTF-8"
+
+
+@pytest.mark.parametrize("variable", ["DATABASE_URL", "PGENOUGH_API_HOST", "PGENOUGH_PROVIDERS"])
+def test_a_setting_that_is_not_utf8_is_one_line(worker_env: dict[str, str], variable: str) -> None:
+    result = pgenough("status", env=dict(worker_env, **{variable: NOT_UTF8}))
+    assert result.returncode == 2
+    assert error_line(result) == f"error: invalid configuration: {variable} is not valid UTF-8"
+
+
+def test_markup_in_what_an_error_quotes_is_printed_as_it_is(worker_env: dict[str, str]) -> None:
+    result = pgenough("no[/]such", env=worker_env)
+    assert result.returncode == 2
+    assert error_line(result) == "error: pgenough: No such command 'no[/]such'."
+
+
+def test_a_newline_in_database_url_stays_on_the_error_line(worker_env: dict[str, str]) -> None:
+    env = dict(worker_env, DATABASE_URL=f"host=127.0.0.1 port=1 user=app dbname='db\n{FORGED}'")
+    result = pgenough("migrate", env=env)
+    assert result.returncode == 1
+    assert error_line(result).startswith("error: cannot connect to ")
+    assert "db\\n2026-01-01" in result.stderr
+
+
+def _config(tmp_path: Path, providers: str) -> Path:
+    path = tmp_path / "pgenough.toml"
+    # A TOML basic string: \uXXXX and \n are escapes there, so the file is plain ASCII.
+    path.write_text(f'providers = "{providers}"\n', encoding="ascii")
+    return path
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("log_format", ["text", "json"])
+@pytest.mark.parametrize(
+    "separator",
+    [
+        "\\u2028",  # LINE SEPARATOR: a URL may hold it, and str.splitlines() splits on it
+        "\\u0085",  # NEXT LINE (C1), likewise
+        "%0A",  # a percent-encoded newline, logged as it is written
+    ],
+)
+def test_a_line_break_in_a_provider_url_cannot_forge_a_log_line(
+    db: object, worker_env: dict[str, str], tmp_path: Path, separator: str, log_format: str
+) -> None:
+    with SimServer(plans=20, seed=3) as sim:
+        config = _config(tmp_path, f"forge={sim.url}?version=1&note={separator}{FORGED}")
+        result = pgenough(
+            "--log-format",
+            log_format,
+            "worker",
+            "fetch",
+            "--once",
+            env=dict(worker_env, PGENOUGH_CONFIG=str(config)),
+        )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert any("fetching forge from" in line for line in lines), result.stderr
+    assert not [line for line in lines if line.startswith(FORGED)], result.stderr
+    if log_format == "json":
+        messages = [json.loads(line)["message"] for line in lines]
+        assert any(FORGED in m for m in messages), messages  # all there, as one value
+
+
+def test_a_raw_newline_in_a_provider_url_is_refused_in_one_line(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    config = _config(tmp_path, f"forge=http://127.0.0.1:{free_port()}/planList\\n{FORGED}")
+    result = pgenough(
+        "worker", "fetch", "--once", env=dict(worker_env, PGENOUGH_CONFIG=str(config))
+    )
+    assert result.returncode == 2
+    assert error_line(result).startswith("error: provider forge: invalid provider URL ")
