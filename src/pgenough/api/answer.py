@@ -38,6 +38,7 @@ from pgenough.api import metrics
 from pgenough.api.deps import ApiState
 from pgenough.api.errors import TooBusy, Unavailable
 from pgenough.api.search import Page, Q, SearchQuery, fetch_page
+from pgenough.core.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class Stream(Response):
             metrics.SEARCH_TIMEOUTS.inc()
             reason, why = "statement_timeout", "a page ran past PGENOUGH_API_SEARCH_TIMEOUT"
         except psycopg.OperationalError as exc:
-            reason, why = "database", f"the database connection failed ({_first_line(exc)})"
+            reason, why = "database", f"the database connection failed ({first_line(exc)})"
         metrics.STREAMS_CUT.labels(reason).inc()
         log.warning(
             "search stream cut at page %d after %.1f s: %s; the client gets a truncated body",
@@ -202,11 +203,6 @@ async def _until_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
     gone.set()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class IncompleteFilter(logging.Filter):

@@ -33,6 +33,7 @@ import psycopg
 
 from pgenough.api import metrics
 from pgenough.core import Gap, subscribe
+from pgenough.core.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -140,15 +141,10 @@ async def invalidate_on(
                     else:
                         cache.invalidate(PLANS_CHANGED)
         except psycopg.OperationalError as exc:
-            log.warning("cache listener cannot connect (%s); cache bypassed", _first_line(exc))
+            log.warning("cache listener cannot connect (%s); cache bypassed", first_line(exc))
         except Exception:  # the top of a service loop: log, bypass the cache, listen again
             log.exception("cache invalidation listener failed; cache bypassed until it is back")
         cache.set_listening(False, "listener")
         started.set()
         await asyncio.sleep(delay)
         delay = min(RELISTEN_MAX_DELAY, delay * 2)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

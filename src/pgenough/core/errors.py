@@ -80,6 +80,13 @@ class GiveUp(JobOutcome):
     """Dead-letter the job now; an operator can still retry it."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """What a log line or a run's reason quotes of ``exc``: its message's first line (a
+    driver's message may run to several, with hints and the query), or its type when empty."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
+
+
 @contextmanager
 def translate_db_errors(what: str) -> Iterator[None]:
     """Map connection-level psycopg failures to ``DatabaseError``.

@@ -49,6 +49,7 @@ from pgenough.core import (
     log_context,
     named_queries,
 )
+from pgenough.core.errors import first_line
 from pgenough.plans import metrics, store
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
@@ -155,11 +156,6 @@ async def _unless_stopped(stop: asyncio.Event | None, work: Coroutine[Any, Any, 
     raise _Stopped
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
-
-
 async def fetch_provider(
     pool: AsyncConnectionPool,
     client: httpx.AsyncClient,
@@ -192,7 +188,7 @@ async def fetch_provider(
             return None
         except psycopg.Error as exc:
             raise DatabaseError(
-                f"provider {provider.name}: the database cannot be used: {_first_line(exc)}"
+                f"provider {provider.name}: the database cannot be used: {first_line(exc)}"
             ) from exc
 
 
@@ -263,12 +259,12 @@ class _Fetch:
                 assert self.run_id is not None
                 return self._lost(RunLost(self.run_id))
             what = "database connection lost" if lost else "database error"
-            return await self._fail(f"{what} while {self.phase}: {_first_line(exc)}", "database")
+            return await self._fail(f"{what} while {self.phase}: {first_line(exc)}", "database")
         except Exception as exc:
             # A bug: it fails this run, never the worker or another provider's run.
             log.debug("run %s of %s: unexpected error", self.run_id, name, exc_info=True)
             return await self._fail(
-                f"internal error while {self.phase}: {type(exc).__name__}: {_first_line(exc)}",
+                f"internal error while {self.phase}: {type(exc).__name__}: {first_line(exc)}",
                 "internal",
             )
 
@@ -422,7 +418,7 @@ class _Fetch:
                     " provider, or the stale-run reaper, will",
                     self.run_id,
                     self.provider.name,
-                    _first_line(exc),
+                    first_line(exc),
                 )
         metrics.record_failed(self.provider.name, kind)
         # A stop was asked for: worth a line, not an alarm.
