@@ -66,7 +66,8 @@ Then, without wrk:
   every 10 ms: its RSS before and its peak, per range. Baseline in the same run: the same
   keyset pages read by psycopg straight from PostgreSQL (``raw pages``), so ``API / raw`` is
   what HTTP and the API add. Target: peak RSS for every event / for 10k <= 1.25 (flat).
-- **deep pages** (wrk, closed loop, one fixed path each): ``limit=50&offset=100000``
+- **deep pages** (``wrk -c1``: one client, closed loop, one fixed path each, so each figure
+  is the cost of one search rather than the bulkhead's 503s): ``limit=50&offset=100000``
   against the same page by cursor (the ``after=`` of the Link of the page at offset 99,950;
   checked to be the same bytes), and ``offset=1`` (near the start, not cached) for scale.
   With ``--quick`` the depth is the number of events minus 50.
@@ -320,7 +321,14 @@ def lua_script(kind: str, rate: int | None) -> str:
 
 
 def run_wrk(
-    api: Api, name: str, kind: str, duration: int, tmp: Path, seed: int, rate: int | None = None
+    api: Api,
+    name: str,
+    kind: str,
+    duration: int,
+    tmp: Path,
+    seed: int,
+    rate: int | None = None,
+    connections: int = CONNECTIONS,
 ) -> Result:
     script = tmp / f"{re.sub(r'[^A-Za-z0-9@=.-]', '_', name)}-{seed}.lua"
     script.write_text(lua_script(kind, rate))
@@ -328,7 +336,7 @@ def run_wrk(
         for start, end in HOT_RANGES:
             http_get(api.base + hot_path(start, end))
     hits0, misses0 = api.cache_counts()
-    command = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency", "--timeout", "5s"]
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "5s"]
     out = subprocess.run(
         [*command, "-s", str(script), api.base, "--", str(seed)],
         capture_output=True,
@@ -642,7 +650,8 @@ def streamed_ranges(api: Api, url: str) -> list[Streamed]:
 
 
 def deep_pages(api: Api, duration: int, tmp: Path, events: int) -> list[Result]:
-    """limit=PAGE at offset DEEP against the same page by cursor, under wrk."""
+    """limit=PAGE at offset DEEP against the same page by cursor, one client (wrk -c1): the
+    cost of one search, which 64 connections would hide behind the bulkhead's 503s."""
     depth = min(DEEP, events - PAGE)
     # The cursor of the page before: its Link leads to the page the offset asks for.
     with urllib.request.urlopen(f"{api.base}/search?limit={PAGE}&offset={depth - PAGE}") as r:
@@ -657,7 +666,7 @@ def deep_pages(api: Api, duration: int, tmp: Path, events: int) -> list[Result]:
         (f"cursor@{depth}", cursor_path),
         ("offset=1", f"/search?limit={PAGE}&offset=1"),  # near the start, not cached
     ):
-        r = run_wrk(api, name, path, duration, tmp, 0)
+        r = run_wrk(api, name, path, duration, tmp, 0, connections=1)
         show(r)
         results.append(r)
     return results
@@ -683,9 +692,10 @@ def summary(by: dict[str, Result], streamed: list[Streamed]) -> None:
     )
     offset, cursor, near = (r for name, r in by.items() if name.startswith(("offset=", "cursor@")))
     print(
-        f"  {cursor.name} / {offset.name} 2xx rps: {down(cursor.ok_rps / offset.ok_rps, 2)};"
-        f" p50 {up(offset.p50_ms, 2)} ms by offset, {up(cursor.p50_ms, 2)} ms by cursor,"
-        f" {up(near.p50_ms, 2)} ms at offset=1"
+        f"  one client, p50: {offset.name} {up(offset.p50_ms, 2)} ms, {cursor.name}"
+        f" {up(cursor.p50_ms, 2)} ms, {near.name} {up(near.p50_ms, 2)} ms; offset / cursor"
+        f" {down(offset.p50_ms / cursor.p50_ms, 1)}x; cursor / offset=1"
+        f" {up(cursor.p50_ms / near.p50_ms, 2)}x"
     )
     hot = by["hot"].ok_rps / by["trivial"].ok_rps
     verdict(
