@@ -49,9 +49,14 @@ class ListenError(PgenoughError):
 def listen(host: str, port: int) -> socket.socket:
     """A listening socket: a busy port fails here as ``ListenError``; port 0 gets a real port;
     and connections queue from now on, before the server runs."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP said, not left 0: asyncio sets TCP_NODELAY only on connections whose socket
+    # says TCP, and without it a response written in two parts (headers, then body) waits
+    # out the client's delayed ACK: 40 ms a request, measured.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(BACKLOG)
     except OSError as exc:
