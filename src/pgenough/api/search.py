@@ -81,10 +81,11 @@ class SearchQuery:
 
     def sql_params(self, after: Cursor | None, offset: int) -> dict[str, Any]:
         """The page of ``page_size`` events after ``after`` (skipping ``offset`` first)."""
+        # A cursor made for these bounds is at or after starts_at: the one lower bound.
+        start = after.starts_at if after else self.starts_at
         return {
-            "starts_at": self.starts_at,
             "ends_at": self.ends_at,
-            "after_start": after.starts_at if after else None,
+            "after_start": "-infinity" if start is None else start,
             "after_id": after.id if after else _NIL_ID,
             "limit": self.page_size,
             "offset": offset,
