@@ -4,11 +4,11 @@
   relative URL with an ``after`` cursor) when more follow.
 * Without ``limit``: every matching event. The first keyset page of ``STREAM_PAGE`` events is
   read before anything is sent, so an error there is still an error response; when it holds
-  everything the answer is sent (and cached) in one piece. Otherwise the answer is streamed
-  page by page from one snapshot (``REPEATABLE READ READ ONLY``), so the API holds one page
-  at a time however many events match. While it streams, the search keeps its bulkhead slot
-  and its connection; each page is bounded by the statement timeout and the whole stream by
-  ``stream_timeout``.
+  everything the answer is sent (and cached) in one piece. Otherwise the first page is read
+  again, and every page after it, from one snapshot (``REPEATABLE READ READ ONLY``), and
+  streamed page by page, so the API holds one page at a time however many events match.
+  While it streams, the search keeps its bulkhead slot and its connection; each page is
+  bounded by the statement timeout and the whole stream by ``stream_timeout``.
 
 A stream cut after its status line was sent (a page past its statement timeout, the stream
 past ``stream_timeout``, the database gone) cannot become an error response: the connection
@@ -107,10 +107,13 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
             conn = await stack.enter_async_context(api.pool.connection(timeout=config.pool_timeout))
             if config.search_delay:
                 await conn.execute(Q["delay"], {"seconds": config.search_delay})
-            if streamed:
+            page = await fetch_page(conn, query, query.after, query.offset)
+            if streamed and page.more:
+                # Too large for one piece: every page, this one again, from one snapshot. A
+                # range that fits one page (the common search) pays no BEGIN and ROLLBACK.
                 await conn.execute(Q["snapshot"])
                 stack.push_async_callback(_end_snapshot, conn)
-            page = await fetch_page(conn, query, query.after, query.offset)
+                page = await fetch_page(conn, query, query.after, query.offset)
         if not (streamed and page.more):
             await stack.aclose()
             answer = answer_of(page, query)
