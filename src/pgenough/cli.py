@@ -34,6 +34,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageErro
 from pgenough import __version__, logs, progress, render
 from pgenough.core import (
     JOB_STATES,
+    AppNotFound,
     DatabaseError,
     PgenoughError,
     Worker,
@@ -41,6 +42,7 @@ from pgenough.core import (
     database_url,
     get_job,
     list_jobs,
+    load_app,
     migrate,
     open_pool,
     queue_stats,
@@ -48,8 +50,8 @@ from pgenough.core import (
 )
 from pgenough.httpserver import ListenError, listen
 from pgenough.plans import inspect
-from pgenough.plans.fetch import PLANS_QUEUE, FetchConfig, RunResult, fetch_all, fetch_loop
-from pgenough.plans.process import process_worker
+from pgenough.plans.fetch import FetchConfig, RunResult, fetch_all, fetch_loop
+from pgenough.plans.process import PLANS_QUEUE, process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 from pgenough.settings import ConfigFileError, Settings
@@ -280,7 +282,9 @@ def demo(
         raise typer.Exit(_run(lambda: run_demo(settings, url, config, sock)))
 
 
-worker_app = typer.Typer(help="Run a fetch or process worker.", no_args_is_help=True)
+worker_app = typer.Typer(
+    help="Run your tasks, or a plan service fetch or process worker.", no_args_is_help=True
+)
 app.add_typer(worker_app, name="worker")
 
 
@@ -321,6 +325,109 @@ def _serve_metrics(settings: Settings, port: int | None) -> None:
     logging.getLogger("pgenough.cli").info(
         "metrics at http://%s:%d/metrics", host, server.server_port
     )
+
+
+def _queue_option(values: list[str] | None) -> dict[str, int | None] | None:
+    """``--queue NAME`` or ``--queue NAME=CONCURRENCY``, repeated; None when not given."""
+    if not values:
+        return None
+    queues: dict[str, int | None] = {}
+    for value in values:
+        name, sep, count = value.partition("=")
+        if not name or name in queues:
+            raise typer.BadParameter(f"{value!r}: give each queue once, as NAME or NAME=N")
+        if sep:
+            if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 10_000:
+                raise typer.BadParameter(f"{value!r}: the concurrency must be 1 to 10000")
+            queues[name] = int(count)
+        else:
+            queues[name] = None
+    return queues
+
+
+@worker_app.command("run")
+def worker_run(
+    app_spec: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:APP", help="Your pgenough App, e.g. myapp.tasks:app (MODULE: its app)."
+        ),
+    ],
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            help="QUEUE or QUEUE=CONCURRENCY; repeat. Default: every queue of the app's tasks.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, max=10_000, help="Jobs run at once per queue (default: settings)."),
+    ] = None,
+    shutdown_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            callback=_finite,
+            help="On SIGTERM, seconds running jobs get to finish (default: settings).",
+        ),
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Drain every claimable job, then exit.")
+    ] = False,
+    metrics_port: MetricsPortOption = None,
+) -> None:
+    """Run your tasks: one process, one executor per queue, one listening connection and one
+    set of maintenance duties whatever the number of queues. SIGTERM lets running jobs
+    finish (up to the shutdown timeout) and hands the rest back. Exit 0 once stopped, 1 on a
+    runtime error, 2 on bad usage or configuration."""
+    settings = _settings()
+    _setup_logging(settings)
+    queues = _queue_option(queue)
+    try:
+        app = load_app(app_spec)
+    except AppNotFound as exc:
+        _fail(str(exc), code=2)
+    overrides: dict[str, object] = {}
+    if shutdown_timeout is not None:
+        overrides["shutdown_timeout"] = shutdown_timeout
+    config = settings.worker_config(**overrides)
+    _serve_metrics(settings, metrics_port)
+    log = logging.getLogger("pgenough.cli")
+
+    async def main() -> int:
+        url = database_url(settings.database_url, settings.data_dir)
+        name = f"worker-{uuid.uuid4().hex[:12]}"
+        pool = await open_pool(url, max_size=settings.pool_max_size, name=name)
+        try:
+            async with pool.connection() as conn:
+                await migrate(conn, app.migrations)
+            worker = app.worker(
+                pool, queues=queues, concurrency=concurrency, name=name, config=config
+            )
+            # Each running job may hold a connection, and so may each queue's claim loop and
+            # heartbeat and the process's duties: never wait on the pool for them.
+            needed = sum(c.concurrency for c in worker.configs) + 2 * len(worker.configs) + 3
+            await pool.resize(pool.min_size, max(pool.max_size, needed))
+            log.info(
+                "%s: %d task(s); queues %s",
+                name,
+                len(app.tasks),
+                ", ".join(f"{c.queue} ({c.concurrency})" for c in worker.configs),
+            )
+            stats = await worker.run(until_idle=until_idle, handle_signals=True)
+            log.info(
+                "%s stopped: %d job(s) completed, %d failed attempt(s)",
+                name,
+                stats.completed,
+                stats.failed,
+            )
+            return 0
+        finally:
+            await pool.close()
+
+    raise typer.Exit(_run(main))
 
 
 @worker_app.command("fetch")

@@ -10,7 +10,8 @@ from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import NewJob, advisory_lock, enqueue_many
-from pgenough.plans.fetch import CHUNK_KIND, PLANS_QUEUE, fail_stale_runs, lock_name
+from pgenough.plans.fetch import lock_name
+from pgenough.plans.process import CHUNK_KIND, PLANS_QUEUE, fail_stale_runs
 from pgenough.plans.sim import SimServer
 from tests.plans.pipeline import fetch, process, run_row
 

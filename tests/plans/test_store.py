@@ -84,7 +84,7 @@ async def test_a_row_postgres_refuses_is_isolated_and_its_neighbours_written(
 async def test_the_reaper_fails_runs_whose_worker_stopped_heartbeating(
     db: AsyncConnectionPool,
 ) -> None:
-    from pgenough.plans.fetch import fail_stale_runs
+    from pgenough.plans.process import fail_stale_runs
     from tests.plans.pipeline import run_row
 
     async with db.connection() as conn:

@@ -43,14 +43,27 @@ from pgenough.core.queue import (
     retry_job,
 )
 from pgenough.core.retry import Backoff
+from pgenough.core.tasks import (
+    App,
+    AppNotFound,
+    EnqueueOptions,
+    Task,
+    TaskArgumentsError,
+    TaskContext,
+    TaskTimeout,
+    load_app,
+)
 from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
 
 # Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
 # one constant first.
 __all__ = [  # noqa: RUF022
+    "App",
+    "AppNotFound",
     "Backoff",
     "CleanResult",
     "DatabaseError",
+    "EnqueueOptions",
     "Gap",
     "GiveUp",
     "Handler",
@@ -72,6 +85,10 @@ __all__ = [  # noqa: RUF022
     "RescueResult",
     "RetryIn",
     "Subscription",
+    "Task",
+    "TaskArgumentsError",
+    "TaskContext",
+    "TaskTimeout",
     "Worker",
     "WorkerConfig",
     "WorkerStats",
@@ -86,6 +103,7 @@ __all__ = [  # noqa: RUF022
     "enqueue_many",
     "get_job",
     "list_jobs",
+    "load_app",
     "lock_key",
     "log_context",
     "migrate",

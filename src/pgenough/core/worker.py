@@ -1,9 +1,11 @@
-"""The worker: claims jobs of one queue and runs their handlers.
+"""The worker: claims the jobs of one or more queues and runs their handlers.
 
-One loop claims with ``FOR UPDATE SKIP LOCKED`` and, in the same statement, acknowledges the
-jobs that finished since the last claim, so a busy worker spends one round trip and one
-commit per batch. Handlers run as asyncio tasks, at most ``concurrency`` at once. A listener
-connection wakes the loop on NOTIFY; without notifications it polls. Leases are extended by a
+Per queue, one loop claims with ``FOR UPDATE SKIP LOCKED`` and, in the same statement,
+acknowledges the jobs that finished since the last claim, so a busy worker spends one round
+trip and one commit per batch. Handlers run as asyncio tasks, at most ``concurrency`` at
+once. One
+listener connection per process (``notifier.py``) wakes the loop of the queue a NOTIFY names;
+without notifications it polls. Leases are extended by a
 heartbeat while handlers run; a worker that dies stops heartbeating and its claims are taken
 back by the rescuer (see ``maintenance.py``), which counts the attempt.
 
@@ -26,7 +28,7 @@ import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 import psycopg
@@ -36,6 +38,7 @@ from pgenough.core import maintenance, metrics
 from pgenough.core._sql import load
 from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
 from pgenough.core.logcontext import context_with
+from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
 from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, refresh_queue_metrics
 from pgenough.core.retry import Backoff
@@ -91,75 +94,45 @@ class WorkerStats:
     lost: int = 0
 
 
-class Worker:
-    """Runs the handlers of one queue until stopped.
-
-    ``handlers`` maps a job's ``kind`` to an async function taking the ``Job``. Raise to fail
-    the attempt (retried with backoff, dead-lettered when attempts are spent), raise
-    ``RetryIn(seconds)`` to choose the delay, ``GiveUp`` to dead-letter at once.
-    """
+class _Executor:
+    """Claims and runs the jobs of one queue: its claim loop, its heartbeat, its handlers."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool,
         handlers: Mapping[str, Handler],
-        config: WorkerConfig | None = None,
+        config: WorkerConfig,
         *,
-        name: str | None = None,
-        rng: random.Random | None = None,
+        name: str,
+        rng: random.Random,
     ) -> None:
         self.pool = pool
-        self.handlers = dict(handlers)
-        self.config = config or WorkerConfig()
-        self.name = name or f"worker-{uuid.uuid4().hex[:12]}"
+        self.handlers = handlers
+        self.config = config
+        self.name = name
         self.stats = WorkerStats()
-        self._rng = rng or random.Random()
+        self._rng = rng
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
         self._done: list[Job] = []
-        self._wake = asyncio.Event()
+        self.wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._listening = asyncio.Event()
-        if not isinstance(pool.conninfo, str):
-            raise TypeError("the worker's pool needs a conninfo string (for its listener)")
-        self._conninfo = pool.conninfo
-        self.periodic = Periodic(pool, replica=self.name)
-        """Periodic duties of this worker (maintenance; add your own before run())."""
-        if self.config.maintenance is not None:
-            maintenance.register(self.periodic, pool, self.config.maintenance)
-
-    # -- public ---------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming; running handlers get ``shutdown_timeout`` to finish."""
         self._stopping.set()
-        self._wake.set()
+        self.wake.set()
 
-    async def wait_listening(self, timeout: float = 10.0) -> None:
-        """Wait until the worker's LISTEN is active (notifications will wake it)."""
-        await asyncio.wait_for(self._listening.wait(), timeout)
+    def interrupt(self) -> None:
+        for _, task in list(self._inflight.values()):
+            task.cancel()
 
-    async def run(self, *, until_idle: bool = False, handle_signals: bool = False) -> WorkerStats:
-        """Work until ``stop()`` (or SIGTERM/SIGINT with ``handle_signals``).
-
-        ``until_idle`` returns once nothing is claimable and nothing is running.
-        """
-        if handle_signals:
-            self._install_signal_handlers()
-        services: list[asyncio.Task[None]] = []
-        if not until_idle:
-            services.append(asyncio.create_task(self._listen(), name=f"{self.name}:listen"))
-            services.append(asyncio.create_task(self.periodic.run(), name=f"{self.name}:periodic"))
-            services.append(asyncio.create_task(self._refresh_stats(), name=f"{self.name}:stats"))
-        services.append(asyncio.create_task(self._heartbeat(), name=f"{self.name}:heartbeat"))
+    async def run(self, until_idle: bool) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.name}:heartbeat")
         try:
             await self._claim_loop(until_idle)
         finally:
             await self._shutdown()
-            self.periodic.stop()
-            for task in services:
-                task.cancel()
-            await asyncio.gather(*services, return_exceptions=True)
-        return self.stats
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
 
     # -- claiming ---------------------------------------------------------------------------
 
@@ -241,8 +214,8 @@ class Worker:
 
     async def _wait(self, timeout: float | None) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        self._wake.clear()
+            await asyncio.wait_for(self.wake.wait(), timeout)
+        self.wake.clear()
 
     # -- running handlers -------------------------------------------------------------------
 
@@ -257,8 +230,8 @@ class Worker:
     async def _run(self, job: Job) -> None:
         queue = self.config.queue
         started = time.perf_counter()
+        handler = self.handlers.get(job.kind)
         try:
-            handler = self.handlers.get(job.kind)
             if handler is None:
                 raise LookupError(f"no handler for job kind {job.kind!r} on this worker")
             await handler(job)
@@ -280,11 +253,10 @@ class Worker:
                 job.attempts,
                 exc,
             )
+            # A handler may carry its own retry policy (a task does).
+            backoff = getattr(handler, "backoff", None) or self.config.backoff
             await self._fail(
-                job,
-                _describe(exc),
-                self.config.backoff.delay(job.attempts, self._rng),
-                give_up=False,
+                job, _describe(exc), backoff.delay(job.attempts, self._rng), give_up=False
             )
         else:
             metrics.JOBS_COMPLETED.labels(queue).inc()
@@ -293,7 +265,7 @@ class Worker:
         finally:
             metrics.JOB_DURATION.labels(queue).observe(time.perf_counter() - started)
             self._inflight.pop(job.id, None)
-            self._wake.set()
+            self.wake.set()
 
     async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
         queue = self.config.queue
@@ -331,34 +303,6 @@ class Worker:
         else:
             metrics.JOBS_RETRIED.labels(queue).inc()
 
-    # -- background services ----------------------------------------------------------------
-
-    async def _listen(self) -> None:
-        """Wake the claim loop on NOTIFY; reconnect forever. Polling covers the gaps."""
-        delay = 0.1
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._conninfo,
-                    autocommit=True,
-                    application_name=f"pgenough-listener:{self.name}",
-                )
-                async with conn:
-                    await conn.execute(_Q["listen"])
-                    self._listening.set()
-                    self._wake.set()  # anything enqueued while we were not listening
-                    delay = 0.1
-                    while True:
-                        async for note in conn.notifies(timeout=self.config.poll_interval * 5):
-                            if note.payload == self.config.queue:
-                                self._wake.set()
-                        await conn.execute("SELECT 1")  # a dead session must not go unnoticed
-            except psycopg.OperationalError as exc:
-                self._listening.clear()
-                log.warning("%s: listener lost (%s); reconnecting in %.1fs", self.name, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(5.0, delay * 2)
-
     async def _heartbeat(self) -> None:
         interval = self.config.lease / 3
         while True:
@@ -385,36 +329,7 @@ class Worker:
                     missing[:10],
                 )
 
-    async def _refresh_stats(self) -> None:
-        while True:
-            try:
-                async with self.pool.connection() as conn:
-                    await refresh_queue_metrics(conn)
-            except psycopg.Error as exc:  # a service loop: log and carry on
-                log.warning("%s: queue stats failed: %s", self.name, exc)
-            await asyncio.sleep(self.config.stats_interval)
-
     # -- shutdown ---------------------------------------------------------------------------
-
-    def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def on_signal(signum: int) -> None:
-            if self._stopping.is_set():
-                log.warning("%s: second signal, interrupting running handlers", self.name)
-                for _, task in list(self._inflight.values()):
-                    task.cancel()
-                return
-            log.info(
-                "%s: %s received, finishing running jobs (up to %.0fs)",
-                self.name,
-                signal.Signals(signum).name,
-                self.config.shutdown_timeout,
-            )
-            self.stop()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig)
 
     async def _shutdown(self) -> None:
         """Let running handlers finish, interrupt the rest and give their claims back."""
@@ -447,6 +362,154 @@ class Worker:
                 len(interrupted),
                 exc,
             )
+
+
+class Worker:
+    """Runs the handlers of one or more queues in this process until stopped.
+
+    ``handlers`` maps a job's ``kind`` to an async function taking the ``Job``. Raise to fail
+    the attempt (retried with backoff, dead-lettered when attempts are spent), raise
+    ``RetryIn(seconds)`` to choose the delay, ``GiveUp`` to dead-letter at once. A handler
+    with a ``backoff`` attribute (a task does) retries on that policy instead of the queue's.
+
+    Each ``WorkerConfig`` (one per queue; the default queue when none is given) gets its own
+    executor: claim loop, concurrency, lease and heartbeat. The process shares the rest, as
+    River's client does: ONE listening connection whatever the number of queues, ONE set of
+    periodic duties (rescuer, cleaner, yours on ``periodic``) and one queue-stats refresh.
+    So every config must carry the same ``maintenance``.
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        handlers: Mapping[str, Handler],
+        *configs: WorkerConfig,
+        name: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        configs = configs or (WorkerConfig(),)
+        queues = [c.queue for c in configs]
+        if len(set(queues)) != len(queues):
+            raise ValueError(f"one config per queue: {', '.join(queues)}")
+        if any(c.maintenance != configs[0].maintenance for c in configs):
+            raise ValueError("maintenance runs once per process: give every queue the same")
+        if not isinstance(pool.conninfo, str):
+            raise TypeError("the worker's pool needs a conninfo string (for its listener)")
+        self.pool = pool
+        self.handlers = dict(handlers)
+        self.config = configs[0]
+        """The first queue's config (the only one, for a one-queue worker)."""
+        self.configs = configs
+        self.name = name or f"worker-{uuid.uuid4().hex[:12]}"
+        rng = rng or random.Random()
+        multi = len(configs) > 1
+        self._executors = [
+            _Executor(
+                pool,
+                self.handlers,
+                config,
+                # Job rows record the executor: with several queues, which one claimed it.
+                name=f"{self.name}/{config.queue}" if multi else self.name,
+                rng=rng,
+            )
+            for config in configs
+        ]
+        self._notifier = Notifier(
+            pool.conninfo,
+            name=self.name,
+            check_interval=min(c.poll_interval for c in configs) * 5,
+        )
+        for executor in self._executors:
+            self._notifier.register(executor.config.queue, executor.wake)
+        self._stopping = False
+        self.periodic = Periodic(pool, replica=self.name)
+        """Periodic duties of this process (maintenance; add your own before run())."""
+        if self.config.maintenance is not None:
+            maintenance.register(self.periodic, pool, self.config.maintenance)
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def queues(self) -> list[str]:
+        return [c.queue for c in self.configs]
+
+    @property
+    def stats(self) -> WorkerStats:
+        """Totals over every queue of this worker."""
+        total = WorkerStats()
+        for executor in self._executors:
+            for f in fields(WorkerStats):
+                setattr(total, f.name, getattr(total, f.name) + getattr(executor.stats, f.name))
+        return total
+
+    def queue_stats(self) -> dict[str, WorkerStats]:
+        """Counts per queue."""
+        return {e.config.queue: e.stats for e in self._executors}
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``shutdown_timeout`` to finish."""
+        self._stopping = True
+        for executor in self._executors:
+            executor.stop()
+
+    async def wait_listening(self, timeout: float = 10.0) -> None:
+        """Wait until the worker's LISTEN is active (notifications will wake it)."""
+        await asyncio.wait_for(self._notifier.listening.wait(), timeout)
+
+    async def run(self, *, until_idle: bool = False, handle_signals: bool = False) -> WorkerStats:
+        """Work until ``stop()`` (or SIGTERM/SIGINT with ``handle_signals``).
+
+        ``until_idle`` returns once nothing is claimable and nothing is running, in any of
+        the worker's queues.
+        """
+        if handle_signals:
+            self._install_signal_handlers()
+        services: list[asyncio.Task[None]] = []
+        if not until_idle:
+            services.append(asyncio.create_task(self._notifier.run(), name=f"{self.name}:listen"))
+            services.append(asyncio.create_task(self.periodic.run(), name=f"{self.name}:periodic"))
+            services.append(asyncio.create_task(self._refresh_stats(), name=f"{self.name}:stats"))
+        try:
+            await asyncio.gather(*(e.run(until_idle) for e in self._executors))
+        finally:
+            self.stop()
+            self.periodic.stop()
+            for task in services:
+                task.cancel()
+            await asyncio.gather(*services, return_exceptions=True)
+        return self.stats
+
+    # -- background services ----------------------------------------------------------------
+
+    async def _refresh_stats(self) -> None:
+        interval = min(c.stats_interval for c in self.configs)
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    await refresh_queue_metrics(conn)
+            except psycopg.Error as exc:  # a service loop: log and carry on
+                log.warning("%s: queue stats failed: %s", self.name, exc)
+            await asyncio.sleep(interval)
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if self._stopping:
+                log.warning("%s: second signal, interrupting running handlers", self.name)
+                for executor in self._executors:
+                    executor.interrupt()
+                return
+            log.info(
+                "%s: %s received, finishing running jobs (up to %.0fs)",
+                self.name,
+                signal.Signals(signum).name,
+                max(c.shutdown_timeout for c in self.configs),
+            )
+            self.stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
 
 
 def _describe(exc: BaseException) -> str:

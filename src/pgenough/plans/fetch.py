@@ -45,7 +45,6 @@ from pgenough.core import (
     Periodic,
     advisory_lock,
     bind_log_context,
-    enqueue_many,
     log_context,
     named_queries,
 )
@@ -54,6 +53,7 @@ from pgenough.plans import metrics, store
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
 from pgenough.plans.feed import FeedParser, PlanRecord
+from pgenough.plans.process import DEFAULT_STALE_AFTER, apply_chunk
 from pgenough.plans.provider import Attempt, ProviderConfig
 from pgenough.plans.provider import fetch as provider_fetch
 
@@ -61,11 +61,8 @@ log = logging.getLogger(__name__)
 _Q = named_queries("pgenough.plans", "runs")
 T = TypeVar("T")
 
-PLANS_QUEUE = "plans"
-CHUNK_KIND = "apply_chunk"
 DEFAULT_COPY_BATCH = 5000
 DEFAULT_HEARTBEAT = 5.0
-DEFAULT_STALE_AFTER = 60.0
 DEFAULT_DEADLINE = 900.0
 """Seconds a run may take from opening to sealing, retries and waits included."""
 STOP_GRACE: Final = 10.0
@@ -465,7 +462,7 @@ class _Fetch:
                 },
             )
             if chunks:
-                await enqueue_many(conn, chunk_jobs(run_id, chunks))
+                await apply_chunk.enqueue_many(conn, chunk_jobs(run_id, chunks))
                 status = "STAGED"
             else:
                 await conn.execute(_Q["mark_processed"], {"id": run_id})
@@ -498,34 +495,9 @@ def _samples(parser: FeedParser) -> str:
 
 def chunk_jobs(run_id: int, chunks: Sequence[tuple[str, str]]) -> list[NewJob]:
     return [
-        NewJob(
-            CHUNK_KIND,
-            {"run_id": run_id, "lo": lo, "hi": hi},
-            queue=PLANS_QUEUE,
-            dedupe_key=f"run:{run_id}:{lo}",
-        )
+        apply_chunk.using(dedupe_key=f"run:{run_id}:{lo}").job(run_id=run_id, lo=lo, hi=hi)
         for lo, hi in chunks
     ]
-
-
-async def fail_stale_runs(
-    conn: psycopg.AsyncConnection[Any], stale_after: float = DEFAULT_STALE_AFTER
-) -> list[int]:
-    """The reaper: fail RUNNING runs whose worker stopped heartbeating; drop their staging."""
-    async with conn.transaction():
-        cur = await conn.execute(_Q["fail_stale_runs"], {"stale_after": stale_after})
-        rows = await cur.fetchall()
-        failed = [int(run_id) for run_id, _ in rows]
-        for run_id, provider in rows:
-            await store.drop_staging(conn, run_id)
-            await run_changed(conn, run_id, provider, "FAILED")
-    for _, provider in rows:
-        metrics.record_failed(provider, "stale")
-    if failed:
-        log.warning(
-            "failed %d run(s) whose fetch worker stopped heartbeating: %s", len(failed), failed
-        )
-    return failed
 
 
 def provider_client() -> httpx.AsyncClient:

@@ -35,7 +35,7 @@ from pgenough.core import (
     retry_dead,
     retry_job,
 )
-from pgenough.plans.fetch import CHUNK_KIND, PLANS_QUEUE
+from pgenough.plans.process import CHUNK_KIND, PLANS_QUEUE
 
 _Q = named_queries("pgenough.plans", "inspect")
 

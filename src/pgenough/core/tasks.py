@@ -1,0 +1,553 @@
+"""Tasks: named, typed units of work, enqueued in the caller's transaction and run by workers.
+
+::
+
+    app = App()
+
+    @app.task(queue="emails", max_attempts=5, timeout=30)
+    async def send_confirmation(order_id: int, to: str) -> None: ...
+
+    async with conn.transaction():                        # the caller's transaction
+        await insert_order(conn, order)
+        await send_confirmation.enqueue(conn, order.id, to=order.email)
+
+    # elsewhere: pgenough worker run myapp.tasks:app
+
+A job's payload is the task's arguments *by name*, a JSON object (``{"order_id": 7, "to":
+"..."}``): readable in ``pgenough job ID``, and still valid when a deploy adds a parameter with
+a default. So a task may not take positional-only parameters or ``*args``. Arguments are
+checked when enqueued: ones the signature does not accept, or values JSON cannot carry
+exactly, raise ``TaskArgumentsError`` at the call, so no job is ever stored that can only
+fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import math
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, TypeAlias, overload
+
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core.errors import GiveUp, PgenoughError
+from pgenough.core.migrations import MigrationSet
+from pgenough.core.periodic import Periodic
+from pgenough.core.queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    AnyConn,
+    Job,
+    NewJob,
+    enqueue,
+    enqueue_many,
+)
+from pgenough.core.retry import Backoff
+from pgenough.core.worker import Handler, Worker, WorkerConfig
+
+log = logging.getLogger(__name__)
+
+TaskFn: TypeAlias = Callable[..., Any]
+"""An ``async def`` (run on the worker's event loop) or a plain ``def`` (run in a thread)."""
+
+
+class TaskArgumentsError(PgenoughError, TypeError):
+    """A task was enqueued with arguments its signature does not accept, or that JSON
+    cannot carry exactly."""
+
+
+class TaskTimeout(PgenoughError):
+    """An attempt ran past its task's ``timeout`` (the attempt fails and is retried)."""
+
+
+class AppNotFound(PgenoughError):
+    """``module:attribute`` does not name an importable ``App``."""
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a task declared with ``pass_context=True`` receives first: its job (id,
+    attempts...) and the worker's pool, e.g. to complete the job in the transaction holding
+    the task's own writes (``complete(conn, ctx.job)``: exactly-once effects)."""
+
+    job: Job
+    pool: AsyncConnectionPool
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """How a task's jobs are enqueued; ``Task.using`` overrides them per call."""
+
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    run_at: datetime | timedelta | None = None
+    dedupe_key: str | None = None
+
+
+class Task:
+    """A registered task. Enqueue with ``enqueue``/``enqueue_many`` (or build ``NewJob`` rows
+    with ``job``); call it directly to run it in-process, as a plain function."""
+
+    def __init__(
+        self,
+        fn: TaskFn,
+        *,
+        name: str,
+        options: EnqueueOptions,
+        backoff: Backoff | None,
+        timeout: float | None,
+        pass_context: bool,
+    ) -> None:
+        if not name:
+            raise ValueError("a task needs a name")
+        if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"task {name!r}: timeout must be a positive number of seconds")
+        if options.max_attempts < 1:
+            raise ValueError(f"task {name!r}: max_attempts must be >= 1")
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.backoff = backoff
+        """Its retry policy (None: the worker's ``WorkerConfig.backoff``)."""
+        self.timeout = timeout
+        self.pass_context = pass_context
+        self._signature = _arguments_signature(fn, name, pass_context)
+        self._is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.options.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    @property
+    def queue(self) -> str:
+        return self.options.queue
+
+    # -- enqueueing --------------------------------------------------------------------------
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        delay: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        dedupe_key: str | None = None,
+    ) -> Task:
+        """This task with other enqueue options for the next calls: ``delay`` (seconds or a
+        timedelta from the database's now) or ``run_at`` (an aware datetime), a
+        ``dedupe_key`` (no second job while one with this key is ready or running)..."""
+        if delay is not None and run_at is not None:
+            raise ValueError("give a delay or a run_at time, not both")
+        when: datetime | timedelta | None = self.options.run_at
+        if delay is not None:
+            when = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
+            if not math.isfinite(when.total_seconds()) or when < timedelta(0):
+                raise ValueError("delay must be a finite, non-negative duration")
+        if run_at is not None:
+            if run_at.tzinfo is None or run_at.utcoffset() is None:
+                # A naive time would be read in the database session's TimeZone: a guess.
+                raise ValueError("run_at must be an aware datetime (with a tzinfo)")
+            when = run_at
+        changes: dict[str, Any] = {"run_at": when}
+        for key, value in (
+            ("queue", queue),
+            ("priority", priority),
+            ("max_attempts", max_attempts),
+            ("dedupe_key", dedupe_key),
+        ):
+            if value is not None:
+                changes[key] = value
+        clone = Task(
+            self.fn,
+            name=self.name,
+            options=replace(self.options, **changes),
+            backoff=self.backoff,
+            timeout=self.timeout,
+            pass_context=self.pass_context,
+        )
+        return clone
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob:
+        """The job that ``enqueue`` would insert for these arguments (checked now)."""
+        o = self.options
+        return NewJob(
+            self.name,
+            self.payload(*args, **kwargs),
+            queue=o.queue,
+            priority=o.priority,
+            run_at=o.run_at,
+            max_attempts=o.max_attempts,
+            dedupe_key=o.dedupe_key,
+        )
+
+    def payload(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The arguments by name, as the job will carry them; ``TaskArgumentsError`` when
+        the signature refuses them or JSON cannot carry them exactly."""
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TaskArgumentsError(f"task {self.name!r}: {exc}") from None
+        payload: dict[str, Any] = {}
+        for param_name, value in bound.arguments.items():
+            if self._signature.parameters[param_name].kind is inspect.Parameter.VAR_KEYWORD:
+                payload.update(value)
+            else:
+                payload[param_name] = value
+        for key, value in payload.items():
+            problem = _json_problem(value)
+            if problem is not None:
+                raise TaskArgumentsError(
+                    f"task {self.name!r}: argument {key!r} cannot be stored as JSON: {problem}"
+                )
+        return payload
+
+    async def enqueue(self, conn: AnyConn, *args: Any, **kwargs: Any) -> int | None:
+        """Enqueue one job in the transaction open on ``conn``: its id, or None when its
+        ``dedupe_key`` is taken by a job still ready or running."""
+        job = self.job(*args, **kwargs)
+        return await enqueue(
+            conn,
+            job.kind,
+            job.payload,
+            queue=job.queue,
+            priority=job.priority,
+            run_at=job.run_at,
+            max_attempts=job.max_attempts,
+            dedupe_key=job.dedupe_key,
+        )
+
+    async def enqueue_many(self, conn: AnyConn, calls: Iterable[Mapping[str, Any] | NewJob]) -> int:
+        """Enqueue one job per call, with COPY, in the transaction open on ``conn``; return
+        how many were inserted. A call is a mapping of keyword arguments, or a ``NewJob``
+        from ``task.using(...).job(...)`` for per-job options. Every call is checked before
+        anything is inserted."""
+        jobs: list[NewJob] = []
+        for call in calls:
+            if isinstance(call, NewJob):
+                if call.kind != self.name:
+                    raise TaskArgumentsError(
+                        f"task {self.name!r}: enqueue_many was given a job of {call.kind!r}"
+                    )
+                jobs.append(call)
+            elif isinstance(call, Mapping):
+                jobs.append(self.job(**call))
+            else:
+                raise TaskArgumentsError(
+                    f"task {self.name!r}: enqueue_many takes mappings of keyword arguments"
+                    f" or NewJob rows, not {type(call).__name__}"
+                )
+        return await enqueue_many(conn, jobs)
+
+    # -- running -----------------------------------------------------------------------------
+
+    def handler(self, pool: AsyncConnectionPool) -> Handler:
+        """The worker's handler for this task's jobs."""
+        return _TaskHandler(self, pool)
+
+    async def run_job(self, job: Job, pool: AsyncConnectionPool) -> None:
+        payload = job.payload
+        if not isinstance(payload, dict):
+            raise GiveUp(f"task {self.name!r}: payload is {type(payload).__name__}, not an object")
+        try:
+            self._signature.bind(**payload)
+        except TypeError as exc:
+            # The signature changed under queued jobs (or the job was written by hand):
+            # retrying cannot help.
+            raise GiveUp(f"task {self.name!r}: stored arguments do not fit: {exc}") from None
+        args: tuple[Any, ...] = (TaskContext(job, pool),) if self.pass_context else ()
+        if self._is_async:
+            call: Awaitable[Any] = self.fn(*args, **payload)
+        else:
+            # A thread: a blocking function must not stall the other jobs' event loop.
+            # (The thread cannot be interrupted by the timeout; see docs/messaging.md.)
+            call = asyncio.to_thread(self.fn, *args, **payload)
+        if self.timeout is None:
+            await call
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                await call
+        except TimeoutError:
+            raise TaskTimeout(
+                f"task {self.name!r} ran past its timeout of {self.timeout:g}s"
+            ) from None
+
+
+class _TaskHandler:
+    """A task bound to a pool: the callable the worker runs, carrying the task's policy."""
+
+    def __init__(self, task: Task, pool: AsyncConnectionPool) -> None:
+        self.task = task
+        self.pool = pool
+        self.backoff = task.backoff
+
+    async def __call__(self, job: Job) -> None:
+        await self.task.run_job(job, self.pool)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A task enqueued on a schedule: a fixed period or a cron expression."""
+
+    task: Task
+    every: float | None
+    cron: str | None
+    timezone: str
+    missed: Literal["once", "skip"]
+
+
+class App:
+    """A registry of tasks: what ``pgenough worker run module:app`` loads and runs.
+
+    ``queues`` sets the concurrency of named queues (others get the worker's default);
+    ``migrations`` are applied, after the core's, when a worker starts.
+    """
+
+    def __init__(
+        self,
+        *,
+        queues: Mapping[str, int] | None = None,
+        migrations: Sequence[MigrationSet] = (),
+    ) -> None:
+        self.tasks: dict[str, Task] = {}
+        self.schedules: list[Schedule] = []
+        self.concurrency: dict[str, int] = dict(queues or {})
+        self.migrations = list(migrations)
+
+    @overload
+    def task(self, fn: TaskFn, /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Backoff | None = None,
+        priority: int = 0,
+        timeout: float | None = None,
+        pass_context: bool = False,
+    ) -> Callable[[TaskFn], Task]: ...
+
+    def task(
+        self,
+        fn: TaskFn | None = None,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Backoff | None = None,
+        priority: int = 0,
+        timeout: float | None = None,
+        pass_context: bool = False,
+    ) -> Task | Callable[[TaskFn], Task]:
+        """Register a task (``@app.task`` or ``@app.task(queue=..., ...)``). Its name, by
+        default ``module.function``, is the jobs' ``kind``: renaming it strands queued jobs."""
+
+        def register(f: TaskFn) -> Task:
+            task = Task(
+                f,
+                name=name or f"{f.__module__}.{f.__qualname__}",
+                options=EnqueueOptions(queue=queue, priority=priority, max_attempts=max_attempts),
+                backoff=retry,
+                timeout=timeout,
+                pass_context=pass_context,
+            )
+            if task.name in self.tasks:
+                raise ValueError(f"task {task.name!r} is already registered")
+            self.tasks[task.name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        *,
+        every: float | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        missed: Literal["once", "skip"] = "once",
+    ) -> Callable[[Task], Task]:
+        """Enqueue a task (one taking no required arguments) on a schedule: ``every``
+        seconds, or at each tick of a ``cron`` expression in ``timezone``. Each period or
+        tick is claimed by one worker process across all replicas (database clock), which
+        enqueues one job; while that job is still ready or running, the next tick adds none.
+        """
+        if (every is None) == (cron is None):
+            raise ValueError("give a schedule: every=SECONDS or cron=EXPRESSION (one of them)")
+
+        def register(task: Task) -> Task:
+            if not isinstance(task, Task):
+                raise TypeError("@app.periodic goes above @app.task")
+            task.payload()  # its required arguments would have no value: refuse now
+            schedule = Schedule(task, every, cron, timezone, missed)
+            # Registered on a scratch Periodic, so a bad period, expression or zone fails
+            # here, at import, not when a worker starts.
+            _register_schedule(Periodic(None, replica="check"), schedule, None)  # type: ignore[arg-type]
+            self.schedules.append(schedule)
+            return task
+
+        return register
+
+    @property
+    def queues(self) -> list[str]:
+        """Every queue a task of this app is enqueued to by default."""
+        return sorted({t.queue for t in self.tasks.values()})
+
+    def handlers(self, pool: AsyncConnectionPool) -> dict[str, Handler]:
+        return {name: task.handler(pool) for name, task in self.tasks.items()}
+
+    def worker(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        queues: Sequence[str] | Mapping[str, int | None] | None = None,
+        concurrency: int | None = None,
+        name: str | None = None,
+        config: WorkerConfig | None = None,
+    ) -> Worker:
+        """A worker for this app's tasks in this process: one executor per queue (all the
+        app's queues by default), one listener and one set of duties, the schedules
+        included. Concurrency per queue: ``queues`` as a mapping, else ``App(queues=...)``,
+        else ``concurrency``, else ``config``'s."""
+        base = config or WorkerConfig()
+        chosen: Mapping[str, int | None]
+        if queues is None:
+            chosen = dict.fromkeys(self.queues or [base.queue])
+        elif isinstance(queues, Mapping):
+            chosen = dict(queues)
+        else:
+            chosen = dict.fromkeys(queues)
+        configs = []
+        for queue, explicit in chosen.items():
+            n = explicit or self.concurrency.get(queue) or concurrency or base.concurrency
+            configs.append(replace(base, queue=queue, concurrency=n))
+        worker = Worker(pool, self.handlers(pool), *configs, name=name)
+        for schedule in self.schedules:
+            _register_schedule(worker.periodic, schedule, pool)
+        return worker
+
+
+def _register_schedule(
+    periodic: Periodic, schedule: Schedule, pool: AsyncConnectionPool | None
+) -> None:
+    task = schedule.task.using(dedupe_key=f"schedule:{schedule.task.name}")
+
+    async def tick() -> None:
+        assert pool is not None
+        async with pool.connection() as conn, conn.transaction():
+            job_id = await task.enqueue(conn)
+        if job_id is None:
+            log.info("schedule %s: the previous job is still queued; none added", task.name)
+
+    name = f"schedule:{task.name}"
+    if schedule.every is not None:
+        periodic.every(schedule.every, name, tick)
+    else:
+        assert schedule.cron is not None
+        periodic.cron(schedule.cron, name, tick, timezone=schedule.timezone, missed=schedule.missed)
+
+
+def load_app(spec: str) -> App:
+    """The ``App`` that ``module:attribute`` names (``module`` alone: its ``app``), imported
+    as ``python -m`` would, from the current directory first."""
+    module_name, _, attribute = spec.partition(":")
+    attribute = attribute or "app"
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
+        raise AppNotFound(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myapp.tasks:app)")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise AppNotFound(
+                f"cannot import {module_name!r}: no module named {exc.name!r}"
+            ) from exc
+        raise AppNotFound(f"importing {module_name!r} failed: {exc}") from exc
+    except Exception as exc:  # the user's module raised while importing
+        raise AppNotFound(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        raise AppNotFound(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(app, App):
+        raise AppNotFound(
+            f"{module_name}:{attribute} is a {type(app).__name__}, not a pgenough App"
+        )
+    return app
+
+
+def _arguments_signature(fn: TaskFn, name: str, pass_context: bool) -> inspect.Signature:
+    """The signature a job's arguments are checked against (the context parameter left out)."""
+    if not callable(fn):
+        raise TypeError(f"task {name!r}: {fn!r} is not callable")
+    signature = inspect.signature(fn)
+    params = list(signature.parameters.values())
+    if pass_context:
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise TypeError(f"task {name!r}: pass_context needs a first parameter for it")
+        params = params[1:]
+    for p in params:
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY:
+            raise TypeError(
+                f"task {name!r}: parameter {p.name!r} is positional-only;"
+                " jobs carry arguments by name"
+            )
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise TypeError(
+                f"task {name!r}: *{p.name} is not allowed; jobs carry arguments by name"
+            )
+    return signature.replace(parameters=params)
+
+
+def _json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` would not come back from a jsonb column as it went in (None: it would).
+
+    Tuples are allowed and arrive as lists. PostgreSQL's jsonb refuses NaN, infinities and
+    the NUL character, and JSON object keys are strings only (``json`` would silently turn
+    1 into "1").
+    """
+    if depth > 100:
+        return "nested too deeply"
+    if value is None or isinstance(value, bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value!r} is not a JSON number"
+    if isinstance(value, str):
+        return "it contains a NUL character" if "\x00" in value else None
+    if isinstance(value, list | tuple):
+        for item in value:
+            problem = _json_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"key {key!r} is a {type(key).__name__}, and JSON keys are strings"
+            if "\x00" in key:
+                return "a key contains a NUL character"
+            problem = _json_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    return f"a {type(value).__name__} is not JSON (pass its id, or an ISO string, instead)"
