@@ -18,19 +18,31 @@ class Proc:
     """A helper process whose stdout lines can be awaited with a deadline."""
 
     def __init__(self, env: dict[str, str], mode: str, *args: str) -> None:
+        self._start([sys.executable, "-m", "tests.helpers.proc", mode, *args], env)
+
+    @classmethod
+    def pgenough(cls, env: dict[str, str], *args: str) -> Proc:
+        """``pgenough *args``, its stderr (the log) among the lines ``expect`` waits for."""
+        proc = cls.__new__(cls)
+        command = str(Path(sys.executable).with_name("pgenough"))  # the installed entry point
+        proc._start([command, *args], env, merge_stderr=True)
+        return proc
+
+    def _start(self, argv: list[str], env: dict[str, str], merge_stderr: bool = False) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.proc", mode, *args],
+            argv,
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             text=True,
         )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._stderr: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
+        if not merge_stderr:
+            threading.Thread(target=self._pump_err, daemon=True).start()
 
     def _pump(self) -> None:
         assert self.popen.stdout is not None
@@ -45,7 +57,7 @@ class Proc:
 
     @property
     def stderr(self) -> str:
-        return "".join(self._stderr[-40:])
+        return "".join(self._stderr[-40:]) or "\n".join(self.lines[-40:])
 
     def expect(self, predicate: Callable[[str], bool] | str, timeout: float = 30.0) -> str:
         """Wait for the next line matching ``predicate`` (a prefix, or a function)."""

@@ -18,12 +18,12 @@ from pgenough.plans import inspect
 from pgenough.plans.fetch import (
     FetchConfig,
     RunResult,
-    fail_stale_runs,
     fetch_all,
     fetch_provider,
     lock_name,
     provider_client,
 )
+from pgenough.plans.process import fail_stale_runs
 from pgenough.plans.simdata import render_snapshot
 from tests.plans.badprovider import (
     BadProvider,

@@ -149,10 +149,15 @@ async def test_chunk_failures_are_the_cores_job_metrics_on_the_plans_queue(
         await enqueue_many(
             conn,
             [
-                NewJob(CHUNK_KIND, {"run_id": "not-a-run"}, queue=PLANS_QUEUE, max_attempts=1),
                 NewJob(
                     CHUNK_KIND,
-                    {"run_id": "not-a-run"},
+                    {"run_id": "not-a-run", "lo": "a", "hi": "b"},
+                    queue=PLANS_QUEUE,
+                    max_attempts=1,
+                ),
+                NewJob(
+                    CHUNK_KIND,
+                    {"run_id": "not-a-run", "lo": "a", "hi": "b"},
                     queue=PLANS_QUEUE,
                     max_attempts=2,
                     dedupe_key="retried",

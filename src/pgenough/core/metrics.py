@@ -58,6 +58,11 @@ PUBSUB_GAPS = Counter(
     "pgenough_pubsub_gaps", "Subscriber reconnects, each a window where messages may be lost."
 )
 PERIODIC_RUNS = Counter("pgenough_periodic_runs", "Periodic task runs by this replica.", ["task"])
+PERIODIC_CLAIMS = Counter(
+    "pgenough_periodic_claims",
+    "Attempts by this replica to claim a period of a periodic task (won or not).",
+    ["task"],
+)
 PERIODIC_ERRORS = Counter("pgenough_periodic_errors", "Periodic task runs that raised.", ["task"])
 
 QUEUE_STATES = ("ready", "scheduled", "running", "dead")

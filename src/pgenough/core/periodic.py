@@ -88,6 +88,7 @@ class Periodic:
 
     async def claim(self, task: PeriodicTask) -> tuple[float, bool]:
         """Try to claim the current period of ``task``: (database epoch seconds, claimed)."""
+        metrics.PERIODIC_CLAIMS.labels(task.name).inc()
         async with self._pool.connection() as conn:
             cur = await conn.execute(
                 _Q["claim_period"],

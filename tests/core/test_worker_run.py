@@ -1,0 +1,292 @@
+"""``pgenough worker run MODULE:APP``: the user's tasks in real worker processes.
+
+One process serves many queues with ONE listening connection and ONE set of maintenance
+duties; SIGTERM lets running jobs finish or hands them back; usage errors are one line."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import get_job, list_jobs
+from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
+from tests.helpers import taskapp
+from tests.helpers.procs import ROOT, Proc, wait_until
+
+pytestmark = [pytest.mark.db, pytest.mark.slow]
+
+PGENOUGH = str(Path(sys.executable).with_name("pgenough"))
+SPEC = "tests.helpers.taskapp:app"
+NAME = re.compile(r"(worker-[0-9a-f]{12}): \d+ task\(s\); queues")
+METRICS = re.compile(r"metrics at (http://\S+/metrics)")
+
+
+async def scalar(db: AsyncConnectionPool, query: str, *params: Any) -> Any:
+    async with db.connection() as conn:
+        row = await (await conn.execute(query, params)).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return row[0]
+
+
+async def listeners(db: AsyncConnectionPool, worker: str) -> int:
+    return int(
+        await scalar(
+            db,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            f"{LISTENER_APPLICATION_PREFIX}{worker}",
+        )
+    )
+
+
+def start(env: dict[str, str], *args: str) -> tuple[Proc, str, str | None]:
+    """A worker process, once it has started: (process, its name, its /metrics URL)."""
+    proc = Proc.pgenough(env, "worker", "run", SPEC, *args)
+    url: str | None = None
+    while True:
+        line = proc.expect(lambda s: bool(NAME.search(s) or METRICS.search(s)), timeout=60)
+        if m := METRICS.search(line):
+            url = m.group(1)
+            continue
+        m = NAME.search(line)
+        assert m is not None
+        return proc, m.group(1), url
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    total = 0.0
+    for line in text.splitlines():
+        sample, _, value = line.rpartition(" ")
+        if (
+            sample.startswith(name + "{") and all(f'{k}="{v}"' in sample for k, v in labels.items())
+        ) or (sample == name and not wanted):
+            total += float(value)
+    return total
+
+
+def stop(proc: Proc, timeout: float = 60) -> int:
+    if proc.popen.poll() is None:
+        proc.popen.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    finally:
+        proc.kill()
+
+
+async def test_five_queues_in_one_process_share_one_listening_connection(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    # Polling so slow that only notifications can get the jobs done within the wait below:
+    # the one listener must wake the executor of each of the five queues.
+    env = {**worker_env, "PGENOUGH_WORKER_POLL_INTERVAL": "120"}
+    proc, name, url = start(env, "--metrics-port", "0")
+    try:
+        assert url is not None
+        await wait_until(lambda: _listening(db, name), timeout=30, what="the listener")
+        async with db.connection() as conn:
+            for n, queue in enumerate(taskapp.QUEUES):
+                await taskapp.app.tasks[f"work.{queue}"].enqueue(conn, n=n)
+        await wait_until(lambda: _effects(db, 5), timeout=30, what="one job done per queue")
+        assert await listeners(db, name) == 1
+        # Everything the process holds: its pool's connections and the one listener.
+        backends = await scalar(
+            db,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+            f"%{name}%",
+        )
+        assert backends >= 2
+        assert await scalar(db, "SELECT count(*) FROM pgenough.jobs") == 0
+        for queue in taskapp.QUEUES:
+            assert metric(url, "pgenough_jobs_completed_total", queue=queue) == 1
+        # Each job's log lines carry its id and queue.
+        async with db.connection() as conn:
+            rows = await (await conn.execute("SELECT job_id, worker FROM effects")).fetchall()
+        wanted = {f"working on {q} [job_id={j} queue={q}]" for j, q in rows}
+        seen: set[str] = set()
+
+        def all_seen(line: str) -> bool:
+            seen.update(w for w in wanted if w in line)
+            return seen == wanted
+
+        proc.expect(all_seen)
+    finally:
+        assert stop(proc) == 0, proc.stderr
+
+
+async def _listening(db: AsyncConnectionPool, name: str) -> bool:
+    return await listeners(db, name) == 1
+
+
+async def _effects(db: AsyncConnectionPool, n: int) -> bool:
+    return int(await scalar(db, "SELECT count(*) FROM effects")) >= n
+
+
+async def test_three_processes_of_five_queues_sweep_once_per_interval(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    env = {**worker_env, "PGENOUGH_RESCUE_INTERVAL": "1"}
+    procs = [start(env, "--metrics-port", "0") for _ in range(3)]
+    try:
+        for _, name, _ in procs:
+            await wait_until(lambda n=name: _listening(db, n), timeout=30, what="listeners")
+        first = await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")
+        await wait_until(
+            lambda: _db_second_at_least(db, first + 6), timeout=30, what="six rescue intervals"
+        )
+        urls = [url for _, _, url in procs]
+        assert all(urls)
+        claims = [metric(u, "pgenough_periodic_claims_total", task="pgenough.rescue") for u in urls]  # type: ignore[arg-type]
+        runs = [metric(u, "pgenough_periodic_runs_total", task="pgenough.rescue") for u in urls]  # type: ignore[arg-type]
+        last = await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")
+        # ONE set of duties per process: each tried each period once, not once per queue.
+        # Every process ran since before `first`: at least the six periods, at most the ones
+        # from its start-up (within the 60 s start budget) on.
+        periods = last - first + 1
+        for n in claims:
+            assert periods - 1 <= n <= periods + 60, claims
+        # And across the three, each period was swept by exactly one of them.
+        swept = await scalar(
+            db, "SELECT period FROM pgenough.periodic WHERE name = %s", "pgenough.rescue"
+        )
+        assert swept >= last - 1
+        assert periods - 1 <= sum(runs) <= sum(claims) / 3 + 1, (runs, claims)
+        assert sum(claims) < 2 * 3 * periods + 60  # five queues each would be 15 a period
+    finally:
+        codes = [stop(p) for p, _, _ in procs]
+    assert codes == [0, 0, 0]
+
+
+async def _db_second_at_least(db: AsyncConnectionPool, second: int) -> bool:
+    return int(await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")) >= second
+
+
+async def test_sigterm_lets_a_running_job_finish(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    proc, _, _ = start(worker_env, "--shutdown-timeout", "30")
+    async with db.connection() as conn:
+        job_id = await taskapp.sleepy.enqueue(conn, seconds=1.5)
+    line = proc.expect(lambda s: "sleeping 1.5s" in s)
+    assert f"job_id={job_id}" in line
+    assert stop(proc) == 0, proc.stderr
+    async with db.connection() as conn:
+        assert await get_job(conn, job_id) is None  # type: ignore[arg-type]
+        rows = await (await conn.execute("SELECT job_id, worker FROM effects")).fetchall()
+    assert rows == [(job_id, "slept")]
+    proc.expect(lambda s: "SIGTERM received, finishing running jobs (up to 30s)" in s)
+
+
+async def test_sigterm_hands_back_a_job_that_outlives_the_shutdown_timeout(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    proc, _, _ = start(worker_env, "--shutdown-timeout", "0.3")
+    async with db.connection() as conn:
+        job_id = await taskapp.sleepy.enqueue(conn, seconds=600)
+    proc.expect(lambda s: "sleeping 600s" in s)
+    assert stop(proc, timeout=30) == 0, proc.stderr
+    async with db.connection() as conn:
+        job = await get_job(conn, job_id)  # type: ignore[arg-type]
+        assert await (await conn.execute("SELECT count(*) FROM effects")).fetchone() == (0,)
+    assert job is not None
+    assert (job.state, job.worker, job.attempts) == ("ready", None, 1)
+    assert job.last_error is not None and job.last_error.startswith("interrupted")
+    proc.expect(lambda s: "released 1 interrupted job(s)" in s)
+
+
+async def test_until_idle_drains_the_queues_and_exits_zero(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    async with db.connection() as conn:
+        for n in range(20):
+            await taskapp.app.tasks["work.billing"].enqueue(conn, n=n)
+            await taskapp.app.tasks["work.search"].enqueue(conn, n=n)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [PGENOUGH, "worker", "run", SPEC, "--until-idle", "-q", "billing", "-q", "search=3"],
+        env=worker_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "queues billing (2), search (3)" in done.stderr
+    async with db.connection() as conn:
+        assert await list_jobs(conn) == []
+        assert await (await conn.execute("SELECT count(*) FROM effects")).fetchone() == (40,)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["not a spec!"], 2, "is not MODULE:ATTRIBUTE"),
+        (["nosuch.tasks:app"], 2, "cannot import 'nosuch.tasks': no module named 'nosuch'"),
+        (["tests.helpers.taskapp:missing"], 2, "has no attribute 'missing'"),
+        (["tests.helpers.taskapp:not_an_app"], 2, "is a object, not a pgenough App"),
+        ([SPEC, "--queue", "emails=0"], 2, "the concurrency must be 1 to 10000"),
+        ([SPEC, "--queue", "emails", "--queue", "emails"], 2, "give each queue once"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    worker_env: dict[str, str], args: list[str], code: int, message: str
+) -> None:
+    done = subprocess.run(
+        [PGENOUGH, "worker", "run", *args],
+        env=worker_env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == code, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_database_is_one_line_and_exit_1(worker_env: dict[str, str]) -> None:
+    with socket_nobody_listens_on() as port:
+        env = {**worker_env, "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x"}
+        done = subprocess.run(
+            [PGENOUGH, "worker", "run", SPEC],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def socket_nobody_listens_on() -> Any:
+    """A port bound (so nothing else takes it) but never listening: connections are refused."""
+    import contextlib
+    import socket
+
+    @contextlib.contextmanager
+    def bound() -> Any:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            yield sock.getsockname()[1]
+
+    return bound()
+
+
+def test_worker_process_is_the_plan_services_app() -> None:
+    from pgenough.plans import process
+
+    assert set(process.app.tasks) == {"apply_chunk", "pgenough.plans.reap"}
+    assert process.app.queues == ["plans"]
+    assert [s.task.name for s in process.app.schedules] == ["pgenough.plans.reap"]

@@ -1,0 +1,46 @@
+"""A user's task module, as ``pgenough worker run tests.helpers.taskapp:app`` loads it: one
+task on each of five queues, and one that takes its time (for shutdown tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pgenough.core import App, TaskContext, complete
+
+log = logging.getLogger("taskapp")
+
+QUEUES = ("emails", "reports", "billing", "search", "webhooks")
+
+app = App(queues={"billing": 2})
+
+
+async def _record(ctx: TaskContext, note: str) -> None:
+    """One row per completed job, written with the job's completion: exactly once."""
+    async with ctx.pool.connection() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO effects (job_id, attempts, worker) VALUES (%s, %s, %s)",
+            (ctx.job.id, ctx.job.attempts, note),
+        )
+        await complete(conn, ctx.job)
+
+
+def _queue_task(queue: str) -> None:
+    @app.task(name=f"work.{queue}", queue=queue, pass_context=True)
+    async def work(ctx: TaskContext, n: int) -> None:
+        log.info("working on %s %d", queue, n)
+        await _record(ctx, queue)
+
+
+for _queue in QUEUES:
+    _queue_task(_queue)
+
+
+@app.task(name="sleepy", queue="emails", pass_context=True)
+async def sleepy(ctx: TaskContext, seconds: float) -> None:
+    log.info("sleeping %gs", seconds)
+    await asyncio.sleep(seconds)
+    await _record(ctx, "slept")
+
+
+not_an_app = object()
