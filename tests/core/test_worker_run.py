@@ -111,11 +111,11 @@ async def test_five_queues_in_one_process_share_one_listening_connection(
         # Each job's log lines carry its id and queue.
         async with db.connection() as conn:
             rows = await (await conn.execute("SELECT job_id, worker FROM effects")).fetchall()
-        wanted = {f"working on {q} [job_id={j} queue={q}]" for j, q in rows}
-        seen: set[str] = set()
+        wanted = {(f"working on {q} ", f"[job_id={j} queue={q}]") for j, q in rows}
+        seen: set[tuple[str, str]] = set()
 
         def all_seen(line: str) -> bool:
-            seen.update(w for w in wanted if w in line)
+            seen.update(w for w in wanted if w[0] in line and line.endswith(w[1]))
             return seen == wanted
 
         proc.expect(all_seen)
