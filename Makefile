@@ -2,45 +2,55 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two installs, one stamp each: `make run` needs the plan service only, `make test` the test
+# tools too. The test install holds the service's, so it stamps both: `make run` after
+# `make test` installs nothing, and `make test` after `make run` adds what is missing.
+SERVICE_STAMP := $(VENV)/.installed-service
+TEST_STAMP    := $(VENV)/.installed-test
 
 .PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest bench-api screenshots clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
 
-run: $(STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE_URL).
+$(SERVICE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[service]'
+	touch $(SERVICE_STAMP)
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP) $(SERVICE_STAMP)
+
+run: $(SERVICE_STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE_URL).
 	$(BIN)/pgenough demo
 
 test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(TEST_STAMP)
 	$(BIN)/pytest
 
-test-db: $(STAMP)  ## Only the database tests (CI runs them again against DATABASE_URL).
+test-db: $(TEST_STAMP)  ## Only the database tests (CI runs them again against DATABASE_URL).
 	$(BIN)/pytest -m db
 
-bench-queue: $(STAMP)
+bench-queue: $(TEST_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench.queue
 
-bench-ingest: $(STAMP)  ## As a module: as a script, bench/queue.py shadows the stdlib's queue.
+bench-ingest: $(TEST_STAMP)  ## As a module: as a script, bench/queue.py shadows the stdlib's queue.
 	$(BIN)/python -m bench.ingest
 
-bench-api: $(STAMP)  ## Needs wrk (apt-get install -y wrk).
+bench-api: $(TEST_STAMP)  ## Needs wrk (apt-get install -y wrk).
 	$(BIN)/python -m bench.api
 
-screenshots: $(STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
+screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
 	$(BIN)/python -m tests.ui.screenshots
 
 clean:

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from pgenough.cli import app
 from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.plans import inspect
+from pgenough.jsonable import as_json
 from pgenough.plans.sim import SimServer
 from tests.helpers.procs import ROOT
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
@@ -221,7 +221,7 @@ async def test_jobs_and_job_show_every_state_as_the_database_has_it(
         everything = await cli_json(database_url, "jobs")
         assert [j["id"] for j in everything] == s.everything
         async with db.connection() as conn:
-            assert everything == inspect.as_json(await list_jobs(conn))
+            assert everything == as_json(await list_jobs(conn))
         for state, ids in (
             ("ready", [s.scheduled, s.ready]),
             ("running", [s.running]),
@@ -238,7 +238,7 @@ async def test_jobs_and_job_show_every_state_as_the_database_has_it(
 
         dead = await cli_json(database_url, "job", str(s.dead))
         async with db.connection() as conn:
-            assert dead == inspect.as_json(await get_job(conn, s.dead))
+            assert dead == as_json(await get_job(conn, s.dead))
         assert dead["payload"] == scenes.DEAD_PAYLOAD
         assert [(e["attempt"], e["worker"], e["error"]) for e in dead["errors"]] == [
             (1, "flaky-worker", "upstream timed out (retry in 0s)"),

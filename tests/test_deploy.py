@@ -173,6 +173,17 @@ def test_dockerfile_default_command_is_the_api() -> None:
         assert command_problem(list(mode)) is None
 
 
+def test_dockerfile_installs_the_service_extra() -> None:
+    """Every mode of the image is the plan service's or the API's: the wheel alone is the
+    messaging core, whose CLI would only say what to install."""
+    installs = [
+        args
+        for i, args in dockerfile_instructions()
+        if i == "RUN" and "pip install" in args and ".whl" in args
+    ]
+    assert len(installs) == 1 and ".whl)[service]" in installs[0], installs
+
+
 def test_dockerfile_environment_names_real_settings() -> None:
     known = env_variables()
     for instruction, args in dockerfile_instructions():

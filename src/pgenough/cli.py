@@ -1,5 +1,12 @@
 """The ``pgenough`` command. Each command reads options and settings, calls one function, and
-turns pgenough's errors into a one-line message and a non-zero exit."""
+turns pgenough's errors into a one-line message and a non-zero exit.
+
+This module imports only the messaging core and what its commands need, so that
+``pgenough`` works where only the core is installed (``pip install pgenough``). The plan
+service, the API and uvicorn are imported by the commands that use them, inside
+``_needs_service``: without the ``service`` extra such a command says in one line what to
+install.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +19,15 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, TypeVar
 
 import prometheus_client
 import psycopg
 import typer
-import uvicorn
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
@@ -30,12 +37,14 @@ from rich.text import Text
 
 # typer (0.29) vendors click: its usage errors are these classes, not click's.
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+from typer._click.globals import get_current_context
 
-from pgenough import __version__, logs, progress, render
+from pgenough import __version__, jsonable, logs, render
 from pgenough.core import (
     JOB_STATES,
     AppNotFound,
     DatabaseError,
+    MigrationSet,
     PgenoughError,
     Worker,
     WorkerStats,
@@ -49,12 +58,12 @@ from pgenough.core import (
     schema_version,
 )
 from pgenough.httpserver import ListenError, listen
-from pgenough.plans import inspect
-from pgenough.plans.fetch import FetchConfig, RunResult, fetch_all, fetch_loop
-from pgenough.plans.process import PLANS_QUEUE, process_worker
-from pgenough.plans.provider import ProviderConfig
-from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
+from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.settings import ConfigFileError, Settings
+
+if TYPE_CHECKING:
+    from pgenough.plans.fetch import FetchConfig, RunResult
+    from pgenough.plans.provider import ProviderConfig
 
 app = typer.Typer(
     help="pgenough: reliable ingestion and messaging on one PostgreSQL database.",
@@ -120,6 +129,61 @@ def _say_error(message: str) -> None:
 def _fail(message: str, code: int = 1) -> NoReturn:
     _say_error(message)
     raise typer.Exit(code)
+
+
+SERVICE_EXTRA: Final = "pgenough[service]"
+"""What to install for the plan service, the API and the dashboard (with the embedded
+PostgreSQL)."""
+
+
+def _extra_missing(exc: ModuleNotFoundError) -> bool:
+    """Whether ``exc`` is about a dependency of an extra that is not installed, rather than
+    a missing module of pgenough's own (a bug, which keeps its traceback)."""
+    top = (exc.name or "").partition(".")[0]
+    return bool(top) and top != "pgenough"
+
+
+@contextmanager
+def _needs_service() -> Iterator[None]:
+    """Around the imports of a command that uses the plan service or the API: when one of
+    their dependencies is not installed, exit 1 with one line naming the extra to install.
+    Detected where the import fails, so a new command needs no list to be kept up to date."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if not _extra_missing(exc):
+            raise
+        ctx = get_current_context(silent=True)
+        command = ctx.command_path if ctx is not None else "this command"
+        _fail(
+            f"{command} needs the plan service ({exc.name} is not installed):"
+            f" pip install '{SERVICE_EXTRA}'"
+        )
+
+
+def _service_layers() -> Sequence[MigrationSet]:
+    """The schema layers above the core that this installation ships: the plan service's
+    and the API's, or none where only the core is installed, so that a queue user's
+    ``pgenough migrate`` creates the queue's tables and never the plan service's."""
+    try:
+        from pgenough.api import MIGRATIONS  # FastAPI: slow to import
+    except ModuleNotFoundError as exc:
+        if not _extra_missing(exc):
+            raise
+        return ()
+    return MIGRATIONS
+
+
+def _run_of() -> render.RunOf:
+    """Which run a job applies (a chunk job of the plan service); where only the core is
+    installed there are no chunk jobs, so no job applies one."""
+    try:
+        from pgenough.plans.inspect import chunk_run
+    except ModuleNotFoundError as exc:
+        if not _extra_missing(exc):
+            raise
+        return lambda job: None
+    return chunk_run
 
 
 def _database_url(settings: Settings) -> str:
@@ -201,6 +265,9 @@ def migrate_cmd(
     _setup_logging(settings)
     if api_password is not None and not api_role:
         _fail("--api-password needs --api-role", code=2)
+    if api_role:
+        with _needs_service():  # the role is the API's, and reads the plan service's tables
+            from pgenough.api import grant_api_role
 
     async def main() -> tuple[int, list[str], bool | None]:
         pool = await open_pool(
@@ -210,9 +277,7 @@ def migrate_cmd(
         )
         try:
             async with pool.connection() as conn:
-                from pgenough.api import MIGRATIONS, grant_api_role  # FastAPI: slow to import
-
-                applied = await migrate(conn, MIGRATIONS)
+                applied = await migrate(conn, _service_layers())
                 created = None
                 if api_role:
                     created = await grant_api_role(conn, api_role, api_password)
@@ -248,7 +313,8 @@ def _finite(value: float | None) -> float | None:
 def _snapshot_plans(value: int) -> int:
     """``--plans`` within what the simulator generates (its module is imported only here:
     the other commands never need it)."""
-    from pgenough.plans.sim import MAX_PLANS
+    with _needs_service():
+        from pgenough.plans.sim import MAX_PLANS
 
     if not 1 <= value <= MAX_PLANS:
         raise typer.BadParameter(f"{value} is not in the range 1 to {MAX_PLANS:,}")
@@ -267,8 +333,9 @@ def demo(
 ) -> None:
     """The whole plan service in one process: a misbehaving simulated provider, fetch and
     process workers, and the API (embedded PostgreSQL unless DATABASE_URL)."""
-    from pgenough.demo import HOST, DemoConfig
-    from pgenough.demo import run as run_demo
+    with _needs_service():
+        from pgenough.demo import HOST, DemoConfig
+        from pgenough.demo import run as run_demo
 
     settings = _settings()
     _setup_logging(settings)
@@ -288,16 +355,31 @@ worker_app = typer.Typer(
 app.add_typer(worker_app, name="worker")
 
 
-async def _ready_pool(settings: Settings, name: str, max_size: int | None = None) -> Any:
-    """A pool on a migrated database (workers migrate on start-up; it is idempotent)."""
+async def _ready_core_pool(
+    settings: Settings,
+    name: str,
+    max_size: int | None = None,
+    layers: Sequence[MigrationSet] = (),
+) -> AsyncConnectionPool:
+    """A pool on a database migrated for the core and ``layers`` (workers migrate on
+    start-up; it is idempotent)."""
     pool = await open_pool(
         database_url(settings.database_url, settings.data_dir),
         max_size=max_size or settings.pool_max_size,
         name=name,
     )
     async with pool.connection() as conn:
-        await migrate(conn, [PLANS_MIGRATIONS])
+        await migrate(conn, layers)
     return pool
+
+
+async def _ready_pool(
+    settings: Settings, name: str, max_size: int | None = None
+) -> AsyncConnectionPool:
+    """A pool on a database migrated for the plan service, for its workers."""
+    from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
+
+    return await _ready_core_pool(settings, name, max_size, [PLANS_MIGRATIONS])
 
 
 MetricsPortOption = Annotated[
@@ -397,12 +479,9 @@ def worker_run(
     log = logging.getLogger("pgenough.cli")
 
     async def main() -> int:
-        url = database_url(settings.database_url, settings.data_dir)
         name = f"worker-{uuid.uuid4().hex[:12]}"
-        pool = await open_pool(url, max_size=settings.pool_max_size, name=name)
+        pool = await _ready_core_pool(settings, name, layers=app.migrations)
         try:
-            async with pool.connection() as conn:
-                await migrate(conn, app.migrations)
             worker = app.worker(
                 pool, queues=queues, concurrency=concurrency, name=name, config=config
             )
@@ -449,6 +528,8 @@ def worker_fetch(
 ) -> None:
     """Fetch providers' snapshots into staging: each provider at most once per interval
     across every fetch replica, under its lock; SIGTERM ends fetches in flight as FAILED."""
+    with _needs_service():
+        from pgenough.plans.fetch import fetch_loop
     settings = _settings()
     _setup_logging(settings)
     try:
@@ -492,6 +573,9 @@ async def _fetch_once(
     stop: asyncio.Event,
 ) -> list[RunResult | None]:
     """``fetch_all``, with a live line per provider when someone watches stderr."""
+    from pgenough import progress
+    from pgenough.plans.fetch import fetch_all
+
     console = progress.console()
     if console is None:
         return await fetch_all(pool, providers, config, owner=owner, stop=stop)
@@ -532,6 +616,9 @@ def worker_process(
     metrics_port: MetricsPortOption = None,
 ) -> None:
     """Apply the chunks of staged runs to the canonical plans."""
+    with _needs_service():
+        from pgenough import progress
+        from pgenough.plans.process import process_worker
     settings = _settings()
     _setup_logging(settings)
     overrides: dict[str, object] = {"batch_size": 1}
@@ -565,6 +652,9 @@ async def _drain_with_progress(
     pool: AsyncConnectionPool, worker: Worker, console: Console
 ) -> WorkerStats:
     """``worker.run(until_idle=True)`` under a bar of the chunks claimable at the start."""
+    from pgenough import progress
+    from pgenough.plans.process import PLANS_QUEUE
+
     async with pool.connection() as conn:
         plans = [q for q in await queue_stats(conn) if q.queue == PLANS_QUEUE]
     total = sum(q.ready + q.running for q in plans)
@@ -577,8 +667,9 @@ async def _drain_with_progress(
 def _check_api_settings(settings: Settings) -> None:
     """Impossible API or dashboard settings: one line and exit 2 now, before the database
     starts (``create_app`` would find them only after it has)."""
-    from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
-    from pgenough.api.app import api_config
+    with _needs_service():
+        from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
+        from pgenough.api.app import api_config
 
     try:
         api_config(settings)
@@ -600,8 +691,11 @@ def api_cmd(
     ] = False,
 ) -> None:
     """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
-    from pgenough.api import create_app, prepare_database  # slow to import
-    from pgenough.api.server import ApiServer
+    with _needs_service():
+        import uvicorn
+
+        from pgenough.api import create_app, prepare_database  # slow to import
+        from pgenough.api.server import ApiServer
 
     settings = _settings()
     _setup_logging(settings)
@@ -634,7 +728,8 @@ def provider_sim(
     seed: Annotated[int, typer.Option(help="Snapshots are a function of seed and version.")] = 1,
 ) -> None:
     """Serve generated planList snapshots, with injectable faults (see docs)."""
-    from pgenough.plans import sim  # imported here: the other commands never need it
+    with _needs_service():
+        from pgenough.plans import sim  # imported here: the other commands never need it
 
     settings = _settings()
     _setup_logging(settings)
@@ -646,8 +741,9 @@ def provider_sim(
 
 # -- inspecting and repairing ---------------------------------------------------------------
 # These commands never migrate: looking must not change the database, and a repair changes
-# only the jobs it names. Each opens a small pool, calls one function of plans.inspect, and
-# prints tables, or with --json exactly one JSON document on stdout.
+# only the jobs it names. Each opens a small pool, calls one function of plans.inspect (or,
+# for jobs, of the core), and prints tables, or with --json exactly one JSON document on
+# stdout.
 
 INSPECT_PANEL = "Inspect and repair"
 PIPED_WIDTH = 200
@@ -659,8 +755,11 @@ JsonOption = Annotated[
 ]
 
 
+AnyConn = psycopg.AsyncConnection[Any]
+
+
 async def _on_connection(
-    settings: Settings, name: str, action: Callable[[inspect.AnyConn], Awaitable[T]]
+    settings: Settings, name: str, action: Callable[[AnyConn], Awaitable[T]]
 ) -> T:
     """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
     about a database without pgenough's tables into what the operator should do."""
@@ -683,7 +782,7 @@ async def _on_connection(
         await pool.close()
 
 
-def _inspect(name: str, action: Callable[[inspect.AnyConn], Awaitable[T]]) -> T:
+def _inspect(name: str, action: Callable[[AnyConn], Awaitable[T]]) -> T:
     settings = _settings()
     _setup_logging(settings)
     return _run(lambda: _on_connection(settings, f"pgenough-{name}", action))
@@ -692,7 +791,7 @@ def _inspect(name: str, action: Callable[[inspect.AnyConn], Awaitable[T]]) -> T:
 def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:
     if as_json:
         # Plain stdout, not rich: rich would wrap and highlight, and the document must parse.
-        sys.stdout.write(json.dumps(inspect.as_json(value), indent=2) + "\n")
+        sys.stdout.write(json.dumps(jsonable.as_json(value), indent=2) + "\n")
     else:
         # Piped into a file, grep or less, a table is not cut to 80 columns (rich's default
         # when it cannot ask a terminal); a terminal gets its own width.
@@ -708,6 +807,8 @@ def _now() -> datetime:
 @app.command("status", rich_help_panel=INSPECT_PANEL)
 def status_cmd(as_json: JsonOption = False) -> None:
     """Providers (last run, age, counts, throughput), queues, and failures of the last hour."""
+    with _needs_service():
+        from pgenough.plans import inspect
     view = _inspect("status", inspect.overview)
     _show(view, as_json, lambda: render.overview(view))
 
@@ -717,7 +818,7 @@ def runs_cmd(
     failed: Annotated[bool, typer.Option("--failed", help="Only failed runs.")] = False,
     status: Annotated[
         str | None,
-        typer.Option(help=f"Only runs in this status ({', '.join(inspect.RUN_STATUSES)})."),
+        typer.Option(help=f"Only runs in this status ({', '.join(RUN_STATUSES)})."),
     ] = None,
     provider: Annotated[str | None, typer.Option(help="Only this provider's runs.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many runs.")] = 50,
@@ -728,12 +829,14 @@ def runs_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Runs, newest first."""
-    if status is not None and status.upper() not in inspect.RUN_STATUSES:
-        _fail(f"--status must be one of {', '.join(inspect.RUN_STATUSES)}", code=2)
+    if status is not None and status.upper() not in RUN_STATUSES:
+        _fail(f"--status must be one of {', '.join(RUN_STATUSES)}", code=2)
     if failed:
         if status is not None and status.upper() != "FAILED":
             _fail("--failed and --status disagree: give one of them", code=2)
         status = "FAILED"
+    with _needs_service():
+        from pgenough.plans import inspect
     runs = _inspect(
         "runs",
         lambda conn: inspect.list_runs(
@@ -751,6 +854,8 @@ def run_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """One run: timings, HTTP attempts, skipped records, failed rows, chunk jobs left."""
+    with _needs_service():
+        from pgenough.plans import inspect
     detail = _inspect("run", lambda conn: inspect.get_run(conn, run_id))
     if detail is None:
         _fail(f"run {run_id} not found")
@@ -766,8 +871,10 @@ def failures_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Failing jobs with their last error, and the runs that failed in the last hour."""
+    with _needs_service():
+        from pgenough.plans import inspect
 
-    async def both(conn: inspect.AnyConn) -> dict[str, Any]:
+    async def both(conn: AnyConn) -> dict[str, Any]:
         return {
             "window": inspect.DEFAULT_WINDOW,
             "jobs": await inspect.failed_jobs(conn, queue=queue, limit=limit),
@@ -806,7 +913,8 @@ def jobs_cmd(
         lambda conn: list_jobs(conn, state=wanted, queue=queue, limit=limit, before=before),
     )
     more = len(jobs) == limit
-    _show(jobs, as_json, lambda: render.jobs_list(jobs, _now(), more=more))
+    run_of = _run_of()
+    _show(jobs, as_json, lambda: render.jobs_list(jobs, _now(), run_of=run_of, more=more))
 
 
 @app.command("job", rich_help_panel=INSPECT_PANEL)
@@ -820,7 +928,8 @@ def job_cmd(
     job = _inspect("job", lambda conn: get_job(conn, job_id))
     if job is None:
         _fail(f"job {job_id} not found (completed jobs are deleted; it may have finished)")
-    _show(job, as_json, lambda: render.job_detail(job, _now()))
+    run_of = _run_of()
+    _show(job, as_json, lambda: render.job_detail(job, _now(), run_of))
 
 
 @app.command("retry", rich_help_panel=INSPECT_PANEL)
@@ -842,6 +951,8 @@ def retry_cmd(
         _fail("give a job ID or --all-dead (exactly one)", code=2)
     if queue is not None and not all_dead:
         _fail("--queue goes with --all-dead", code=2)
+    with _needs_service():
+        from pgenough.plans import inspect
     if job_id is not None:
         job = _inspect("retry", lambda conn: inspect.retry(conn, job_id))
         _show(job, as_json, lambda: render.job_line("retried", job))
@@ -863,6 +974,8 @@ def discard_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job that has not finished (it can still be retried until cleaned up)."""
+    with _needs_service():
+        from pgenough.plans import inspect
     job = _inspect("discard", lambda conn: inspect.discard(conn, job_id))
     _show(job, as_json, lambda: render.job_line("discarded", job))
 
@@ -870,6 +983,8 @@ def discard_cmd(
 @app.command("requeue-stuck", rich_help_panel=INSPECT_PANEL)
 def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
     """Take back now every claim whose lease expired (a worker died holding it)."""
+    with _needs_service():
+        from pgenough.plans import inspect
     result = _inspect("requeue-stuck", inspect.requeue_stuck)
     _show(
         result,

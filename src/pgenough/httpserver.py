@@ -1,23 +1,16 @@
-"""uvicorn's server as every pgenough HTTP process runs it, on a socket bound beforehand.
+"""The socket every pgenough HTTP server listens on, bound before the server starts.
 
 ``listen`` binds the socket before the server (and, for ``pgenough api``, before the
 database) starts, so a busy port or an unknown host is one ``ListenError`` naming the
 address, instead of uvicorn's log lines about it and its exit 3. Shared by ``pgenough api``,
-``pgenough provider-sim`` and ``pgenough demo``.
-
-uvicorn re-raises a SIGTERM or SIGINT it handled once it has shut down, so the process dies
-of the signal (exit -15) even after a clean stop. A supervisor (systemd, Kubernetes, a test)
-should see success, as it does from the workers: ``GracefulServer`` exits 0.
+``pgenough provider-sim`` and ``pgenough demo``; the server itself is ``pgenough.graceful``.
+Only the standard library: the core-only CLI reports a busy metrics port with it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
-from collections.abc import Iterator
 from typing import Final
-
-import uvicorn
 
 from pgenough.core import PgenoughError
 
@@ -63,13 +56,3 @@ def listen(host: str, port: int) -> socket.socket:
         sock.close()
         raise ListenError(host, port, exc) from exc
     return sock
-
-
-class GracefulServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        with super().capture_signals():
-            try:
-                yield
-            finally:
-                self._captured_signals.clear()

@@ -1,12 +1,16 @@
 """How the ``pgenough`` command shows the operators' read model (``plans.inspect``): rich
 tables and panels built from its dataclasses. Pure: values in, renderables out, no I/O, so
-``cli.py`` stays a dispatcher and ``--json`` bypasses all of this."""
+``cli.py`` stays a dispatcher and ``--json`` bypasses all of this.
+
+The plan service's types are for the type checker only: ``pgenough jobs`` and ``job`` render
+the core's records in an installation without the ``service`` extra, where the plan service
+cannot be imported."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -15,14 +19,18 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from pgenough.core import JobRecord, QueueStats
-from pgenough.plans.inspect import (
-    Failures,
-    Overview,
-    ProviderSummary,
-    RunDetail,
-    RunSummary,
-    chunk_run,
-)
+
+if TYPE_CHECKING:
+    from pgenough.plans.inspect import (
+        Failures,
+        Overview,
+        ProviderSummary,
+        RunDetail,
+        RunSummary,
+    )
+
+RunOf = Callable[[JobRecord], int | None]
+"""Which run a job applies (``plans.inspect.chunk_run``), for the run column of jobs."""
 
 STATUS_STYLES = {
     "RUNNING": "cyan",
@@ -399,7 +407,9 @@ def jobs_table(jobs: Sequence[JobRecord], now: datetime, title: str = "failing j
     return table
 
 
-def jobs_list(jobs: Sequence[JobRecord], now: datetime, *, more: bool = False) -> Table:
+def jobs_list(
+    jobs: Sequence[JobRecord], now: datetime, *, run_of: RunOf, more: bool = False
+) -> Table:
     """``pgenough jobs``: every column an operator browses by, the worker and lease of a
     running job, the run of a chunk job; ``more`` when the limit cut the list."""
     table = _table(
@@ -416,7 +426,7 @@ def jobs_list(jobs: Sequence[JobRecord], now: datetime, *, more: bool = False) -
         title="jobs",
     )
     for j in jobs:
-        run = chunk_run(j)
+        run = run_of(j)
         table.add_row(
             str(j.id),
             j.queue,
@@ -436,11 +446,11 @@ def jobs_list(jobs: Sequence[JobRecord], now: datetime, *, more: bool = False) -
     return table
 
 
-def job_detail(job: JobRecord, now: datetime) -> RenderableType:
+def job_detail(job: JobRecord, now: datetime, run_of: RunOf) -> RenderableType:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
-    run = chunk_run(job)
+    run = run_of(job)
     for name, value in (
         ("job", str(job.id)),
         ("queue", job.queue),

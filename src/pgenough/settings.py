@@ -5,7 +5,9 @@ file named by ``PGENOUGH_CONFIG`` (default ``./pgenough.toml`` when it exists) >
 A file that is named but missing, or that cannot be read or parsed, is a ``ConfigFileError``,
 never a file silently ignored.
 Only ``cli.py`` and the API's app factory (``pgenough.api.create_app``) read this; they hand
-small typed configs to the code below them.
+small typed configs to the code below them. It loads without the ``service`` extra: the plan
+service's defaults come from ``plans.defaults``, and its config classes are imported only by
+the methods that build them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import (
@@ -25,13 +27,19 @@ from pydantic_settings import (
 
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core.db import default_data_dir
-from pgenough.plans.fetch import DEFAULT_DEADLINE, FetchConfig
-from pgenough.plans.provider import (
+from pgenough.plans.defaults import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DEADLINE,
     DEFAULT_LOW_SPEED_LIMIT,
     DEFAULT_LOW_SPEED_TIME,
+    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_REDIRECTS,
-    ProviderConfig,
+    DEFAULT_READ_TIMEOUT,
 )
+
+if TYPE_CHECKING:
+    from pgenough.plans.fetch import FetchConfig
+    from pgenough.plans.provider import ProviderConfig
 
 DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
 
@@ -125,9 +133,9 @@ class Settings(BaseSettings):
         description="Seconds between fetches of each provider: at most one fetch per interval"
         " across every fetch replica.",
     )
-    provider_connect_timeout: float = Field(default=5.0, gt=0)
-    provider_read_timeout: float = Field(default=30.0, gt=0)
-    provider_max_attempts: int = Field(default=4, ge=1)
+    provider_connect_timeout: float = Field(default=DEFAULT_CONNECT_TIMEOUT, gt=0)
+    provider_read_timeout: float = Field(default=DEFAULT_READ_TIMEOUT, gt=0)
+    provider_max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)
     provider_low_speed_limit: float = Field(
         default=DEFAULT_LOW_SPEED_LIMIT,
         ge=0,
@@ -271,6 +279,8 @@ class Settings(BaseSettings):
 
     def provider_configs(self, extra: list[str] | None = None) -> list[ProviderConfig]:
         """Providers from ``--provider NAME=URL`` options, else from ``providers``."""
+        from pgenough.plans.provider import ProviderConfig  # httpx: the service extra
+
         specs = extra or [p for p in self.providers.split(",") if p.strip()]
         configs = []
         for spec in specs:
@@ -296,6 +306,8 @@ class Settings(BaseSettings):
         return configs
 
     def fetch_config(self) -> FetchConfig:
+        from pgenough.plans.fetch import FetchConfig  # httpx, lxml: the service extra
+
         return FetchConfig(deadline=self.fetch_deadline)
 
     def maintenance_config(self) -> MaintenanceConfig:

@@ -13,6 +13,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from rich.console import Console
 
+from pgenough.jsonable import as_json
 from pgenough.plans import inspect, store
 from pgenough.plans.feed import parse_bytes
 from pgenough.plans.fetch import FetchConfig
@@ -195,7 +196,7 @@ async def test_operators_see_the_duplicates_of_a_run(
     assert detail is not None
     assert (detail.plans_staged, detail.plans_duplicate, detail.plans_written) == (3, 2, 1)
     assert summary.plans_duplicate == 2
-    assert inspect.as_json(detail)["plans_duplicate"] == 2
+    assert as_json(detail)["plans_duplicate"] == 2
     shown = Console(width=200, record=True)
     shown.print(render_run_detail(detail, detail.started_at))
     assert "3 staged, 0 skipped, 2 duplicate, 1 written" in shown.export_text()

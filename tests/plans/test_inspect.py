@@ -9,6 +9,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import cancel_job, enqueue, get_job, queue_stats
+from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.plans.sim import SimServer
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
@@ -81,7 +82,7 @@ async def test_overview_and_runs_show_a_real_ingestion(
     assert [(r.id, r.reason) for r in recent_failures] == [(bad.run_id, bad_detail.reason)]
     assert recent_failures[0].finished_at == bad_detail.failed_at and none_yet == []
 
-    data = inspect.as_json(detail)
+    data = as_json(detail)
     assert data["id"] == ok.run_id and isinstance(data["started_at"], str)
 
 

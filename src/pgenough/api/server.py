@@ -1,7 +1,7 @@
 """uvicorn's server, taught to end the dashboard's live streams when it stops, and not to log
 an error for a search stream it cut on purpose (``pgenough.api.answer``); and, as every
 pgenough server, to exit 0 after a graceful stop and to serve a socket bound beforehand
-(``pgenough.httpserver``).
+(``pgenough.graceful``).
 
 An event stream never finishes on its own, and uvicorn waits for every open response before
 it runs the lifespan's shutdown (where the streams would otherwise end): without this a
@@ -18,7 +18,8 @@ from fastapi import FastAPI
 
 from pgenough.api.answer import IncompleteFilter
 from pgenough.api.ui import end_streams
-from pgenough.httpserver import GracefulServer, base_url
+from pgenough.graceful import GracefulServer
+from pgenough.httpserver import base_url
 
 log = logging.getLogger(__name__)
 

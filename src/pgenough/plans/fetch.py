@@ -50,6 +50,7 @@ from pgenough.core import (
 )
 from pgenough.core.errors import first_line
 from pgenough.plans import metrics, store
+from pgenough.plans.defaults import DEFAULT_DEADLINE
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
 from pgenough.plans.feed import FeedParser, PlanRecord
@@ -63,8 +64,6 @@ T = TypeVar("T")
 
 DEFAULT_COPY_BATCH = 5000
 DEFAULT_HEARTBEAT = 5.0
-DEFAULT_DEADLINE = 900.0
-"""Seconds a run may take from opening to sealing, retries and waits included."""
 STOP_GRACE: Final = 10.0
 """Seconds ``fetch_loop`` waits, once stopped, for its fetches to record their end."""
 FAIL_TIMEOUT: Final = 5.0

@@ -4,7 +4,8 @@ offer. Single jobs and lists of them are the core's own (``get_job``, ``list_job
 module adds what only the plan service knows (which run a chunk job belongs to).
 
 Reads are plain queries on ``pgenough.runs``, ``plan_failures`` and the core's jobs table
-(``sql/inspect.sql``), returned as frozen dataclasses that turn into JSON with ``as_json``.
+(``sql/inspect.sql``), returned as frozen dataclasses that turn into JSON with
+``pgenough.jsonable.as_json``.
 Repairs go only through the core's documented operations (``retry_job``, ``retry_dead``,
 ``cancel_job``, ``rescue_expired``), each in its own transaction.
 """
@@ -15,7 +16,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -35,13 +35,13 @@ from pgenough.core import (
     retry_dead,
     retry_job,
 )
+from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.plans.process import CHUNK_KIND, PLANS_QUEUE
 
 _Q = named_queries("pgenough.plans", "inspect")
 
 AnyConn = psycopg.AsyncConnection[Any]
 
-RUN_STATUSES = ("RUNNING", "STAGED", "PROCESSED", "FAILED")
 DEFAULT_WINDOW = 3600.0
 ROW_FAILURES_SHOWN = 100
 
@@ -276,18 +276,3 @@ async def _job(conn: AnyConn, job_id: int) -> JobRecord:
     job = await get_job(conn, job_id)
     assert job is not None  # just changed in this transaction
     return job
-
-
-def as_json(value: Any) -> Any:
-    """``value`` (dataclasses, lists, datetimes, decimals) as JSON-ready data."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, list | tuple):
-        return [as_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): as_json(v) for k, v in value.items()}
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    return value

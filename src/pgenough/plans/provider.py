@@ -36,18 +36,19 @@ from typing import Final, TypeVar
 import httpx
 
 from pgenough.core import Backoff
+from pgenough.plans.defaults import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LOW_SPEED_LIMIT,
+    DEFAULT_LOW_SPEED_TIME,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_REDIRECTS,
+    DEFAULT_READ_TIMEOUT,
+)
 from pgenough.plans.errors import ProviderError
 
 T = TypeVar("T")
 
-DEFAULT_CONNECT_TIMEOUT: Final = 5.0
-DEFAULT_READ_TIMEOUT: Final = 30.0
-DEFAULT_MAX_ATTEMPTS: Final = 4
 DEFAULT_MAX_RETRY_AFTER: Final = 300.0
-DEFAULT_LOW_SPEED_LIMIT: Final = 1024.0
-"""Bytes per second: an attempt slower than this over ``DEFAULT_LOW_SPEED_TIME`` fails."""
-DEFAULT_LOW_SPEED_TIME: Final = 30.0
-DEFAULT_MAX_REDIRECTS: Final = 10
 RETRYABLE_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
 URL_SCHEMES: Final = ("http", "https")
 """The only schemes a provider URL, or a redirect, may use."""

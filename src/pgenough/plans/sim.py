@@ -71,7 +71,8 @@ from starlette.routing import Route
 from starlette.types import Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from pgenough.httpserver import GracefulServer, base_url, listen
+from pgenough.graceful import GracefulServer
+from pgenough.httpserver import base_url, listen
 from pgenough.plans.simdata import (
     BYTES_PER_PLAN,
     VARIANTS,

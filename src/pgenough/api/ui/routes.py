@@ -32,7 +32,9 @@ from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, n
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import UiState, connection
 from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs, queue_stats
+from pgenough.jsonable import as_json
 from pgenough.plans import inspect
+from pgenough.plans.defaults import RUN_STATUSES
 
 KEEPALIVE: Final = 15.0
 RECONNECT_MS: Final = 2000
@@ -93,14 +95,14 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
             request,
             ui,
             "overview.html",
-            {"view": view, "data": inspect.as_json(view), "nav": "overview"},
+            {"view": view, "data": as_json(view), "nav": "overview"},
         )
 
     @router.get("/api/overview")
     async def overview_json(ui: Authed) -> Response:
         async with connection(ui) as conn:
             view = await inspect.overview(conn)
-        body = json.dumps({"data": inspect.as_json(view), "error": None})
+        body = json.dumps({"data": as_json(view), "error": None})
         return Response(body, media_type="application/json")
 
     @router.get("/runs")
@@ -114,8 +116,8 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         status = params.text("status", status).upper()
         provider = params.text("provider", provider)
         before_id = params.optional_id("before", before, "a run id")
-        if status and status not in inspect.RUN_STATUSES:
-            raise params.bad(f"status must be one of {', '.join(inspect.RUN_STATUSES)}")
+        if status and status not in RUN_STATUSES:
+            raise params.bad(f"status must be one of {', '.join(RUN_STATUSES)}")
         limit = ui.config.runs_page
         async with connection(ui) as conn:
             found = await inspect.list_runs(
@@ -138,7 +140,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
                 "status": status,
                 "provider": provider,
                 "before": "" if before_id is None else str(before_id),
-                "statuses": inspect.RUN_STATUSES,
+                "statuses": RUN_STATUSES,
                 "providers": providers,
                 "nav": "runs",
             },

