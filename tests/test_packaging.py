@@ -147,34 +147,49 @@ def test_only_the_core_dependencies_are_installed(core_venv: CoreVenv) -> None:
     )
 
 
-def test_a_job_runs_end_to_end_on_the_core_alone(core_venv: CoreVenv, core_db: str) -> None:
+def test_a_task_runs_end_to_end_on_the_core_alone(core_venv: CoreVenv, core_db: str) -> None:
+    """A queue user's module, enqueued from a script and run by ``pgenough worker run``."""
     with psycopg.connect(core_db, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS pkg_effects (n int NOT NULL)")
-    script = core_venv.cwd / "queue_user.py"
-    script.write_text(
+        conn.execute("CREATE TABLE IF NOT EXISTS pkg_effects (n int NOT NULL, note text)")
+    (core_venv.cwd / "shop_tasks.py").write_text(
+        textwrap.dedent(
+            """
+            from pgenough.core import App, TaskContext, complete
+
+            app = App()
+
+
+            @app.task(queue="emails", max_attempts=3, pass_context=True)
+            async def record(ctx: TaskContext, n: int, note: str = "") -> None:
+                async with ctx.pool.connection() as conn, conn.transaction():
+                    await conn.execute(
+                        "INSERT INTO pkg_effects (n, note) VALUES (%s, %s)", [n, note]
+                    )
+                    await complete(conn, ctx.job)
+            """
+        )
+    )
+    (core_venv.cwd / "enqueue.py").write_text(
         textwrap.dedent(
             """
             import asyncio
             import sys
 
-            from pgenough.core import Worker, complete, enqueue, migrate, open_pool
+            from pgenough.core import TaskArgumentsError, migrate, open_pool
+
+            from shop_tasks import record
 
 
             async def main(url: str) -> None:
-                pool = await open_pool(url, max_size=4, name="pkg-test")
+                pool = await open_pool(url, max_size=2, name="pkg-test")
                 async with pool.connection() as conn:
                     await migrate(conn)
-                    await enqueue(conn, "record", {"n": 42})
-
-                async def record(job):
-                    async with pool.connection() as conn, conn.transaction():
-                        await conn.execute(
-                            "INSERT INTO pkg_effects (n) VALUES (%s)", [job.payload["n"]]
-                        )
-                        await complete(conn, job)
-
-                stats = await Worker(pool, {"record": record}).run(until_idle=True)
-                print("completed", stats.completed)
+                    async with conn.transaction():
+                        await record.enqueue(conn, 42, note="hello")
+                    try:
+                        await record.enqueue(conn, "x", colour="red")
+                    except TaskArgumentsError as exc:
+                        print("refused:", exc)
                 await pool.close()
 
 
@@ -182,11 +197,18 @@ def test_a_job_runs_end_to_end_on_the_core_alone(core_venv: CoreVenv, core_db: s
             """
         )
     )
-    result = core_venv.python(script, core_db)
+    env = dict(core_venv.env, DATABASE_URL=core_db)
+    result = core_venv.python("enqueue.py", core_db)
     _check(result)
-    assert result.stdout.split() == ["completed", "1"]
+    assert result.stdout.strip() == (
+        "refused: task 'shop_tasks.record': got an unexpected keyword argument 'colour'"
+    )
+    result = core_venv.pgenough("worker", "run", "shop_tasks:app", "--until-idle", env=env)
+    _check(result)
+    assert "queues emails (10)" in result.stderr
+    assert "1 job(s) completed" in result.stderr
     with psycopg.connect(core_db) as conn:
-        assert conn.execute("SELECT n FROM pkg_effects").fetchall() == [(42,)]
+        assert conn.execute("SELECT n, note FROM pkg_effects").fetchall() == [(42, "hello")]
         assert conn.execute("SELECT count(*) FROM pgenough.jobs").fetchone() == (0,)
 
 
