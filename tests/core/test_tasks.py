@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,6 +28,7 @@ from pgenough.core import (
     get_job,
     list_jobs,
 )
+from tests.helpers.procs import ROOT
 
 pytestmark = pytest.mark.db
 
@@ -330,3 +335,27 @@ async def test_a_worker_for_an_app_serves_its_queues(db: AsyncConnectionPool) ->
         "emails": 1,
         "reports": 1,
     }
+
+
+def test_a_task_in_a_script_is_named_after_the_module_the_worker_imports(
+    tmp_path: Path,
+) -> None:
+    """``python shop.py`` and ``python -m shop`` run it as ``__main__``; ``pgenough worker
+    run shop:app`` imports it as ``shop``. Its jobs must name what the worker registers."""
+    (tmp_path / "shop.py").write_text(
+        "from pgenough.core import App\n"
+        "app = App()\n"
+        "@app.task\n"
+        "async def welcome(user: str) -> None: ...\n"
+        "print(welcome.name)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    as_script = subprocess.run(
+        [sys.executable, "shop.py"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    as_module = subprocess.run(
+        [sys.executable, "-m", "shop"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert (as_script.stdout, as_module.stdout) == ("shop.welcome\n", "shop.welcome\n"), (
+        as_script.stderr + as_module.stderr
+    )

@@ -361,7 +361,7 @@ class App:
         def register(f: TaskFn) -> Task:
             task = Task(
                 f,
-                name=name or f"{f.__module__}.{f.__qualname__}",
+                name=name or f"{_module_name(f)}.{f.__qualname__}",
                 options=EnqueueOptions(queue=queue, priority=priority, max_attempts=max_attempts),
                 backoff=retry,
                 timeout=timeout,
@@ -460,6 +460,21 @@ def _register_schedule(
     else:
         assert schedule.cron is not None
         periodic.cron(schedule.cron, name, tick, timezone=schedule.timezone, missed=schedule.missed)
+
+
+def _module_name(fn: TaskFn) -> str:
+    """The module a task's default name starts with: in a script run as ``python shop.py``
+    (or ``-m shop``) that is ``shop``, as ``pgenough worker run shop:app`` imports it, not
+    ``__main__``, or the jobs it enqueued would find no handler there."""
+    module = getattr(fn, "__module__", None) or "__main__"
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return str(spec.name)
+    path = getattr(main, "__file__", None)
+    return Path(path).stem if path else module
 
 
 def load_app(spec: str) -> App:
