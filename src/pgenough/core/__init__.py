@@ -23,7 +23,7 @@ from pgenough.core.maintenance import (
     rescue_expired,
 )
 from pgenough.core.migrations import MigrationSet, migrate, schema_version
-from pgenough.core.periodic import Periodic
+from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
     JOB_STATES,
@@ -43,17 +43,21 @@ from pgenough.core.queue import (
     retry_job,
 )
 from pgenough.core.retry import Backoff
+from pgenough.core.schedule import Cron, Interval, Schedule, Tick
 from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
 
 # Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
 # one constant first.
 __all__ = [  # noqa: RUF022
     "Backoff",
+    "Claim",
     "CleanResult",
+    "Cron",
     "DatabaseError",
     "Gap",
     "GiveUp",
     "Handler",
+    "Interval",
     "JOB_STATES",
     "Job",
     "JobNotFound",
@@ -67,11 +71,14 @@ __all__ = [  # noqa: RUF022
     "MigrationSet",
     "NewJob",
     "Periodic",
+    "PeriodicTask",
     "PgenoughError",
     "QueueStats",
     "RescueResult",
     "RetryIn",
+    "Schedule",
     "Subscription",
+    "Tick",
     "Worker",
     "WorkerConfig",
     "WorkerStats",
