@@ -6,11 +6,11 @@ is due at. Each tick has an integer ``key`` that grows with time; ``pgenough.per
 the key of a task's last claimed tick, and a claim only ever moves it forward.
 
 Cron expressions are evaluated by cronsim, which follows Debian's cron, DST included. A
-five-field expression whose minute and hour are both specific (``30 2 * * *``, ``0 */3 * * *``)
-is matched against the local wall clock: a local time skipped by spring-forward runs at the
-first instant after the gap (03:00 in Europe/Berlin), and a local time repeated by fall-back
-runs once, at its first occurrence. An expression with ``*`` in its minute or hour field
-(``0 * * * *``, ``*/15 * * * *``), and any six-field expression (a leading seconds field), is
+five-field expression whose minute and hour fields do not start with ``*`` (``30 2 * * *``,
+``15 1-3 * * *``) is matched against the local wall clock: a local time skipped by
+spring-forward runs at the first instant after the gap (03:00 in Europe/Berlin), and a local
+time repeated by fall-back runs once, at its first occurrence. Any other expression
+(``0 * * * *``, ``*/15 * * * *``, and every six-field one, with a leading seconds field) is
 matched against absolute time: it runs in every real hour, both repeated ones included, and a
 skipped local time does not occur at all.
 """
