@@ -417,4 +417,4 @@ def test_three_replicas_run_an_every_second_cron_task_once_per_tick(
     # Each replica runs 10 s from its own start, the first tick after the first one only.
     assert 8 <= len(ticks) <= 12, ticks
     assert ticks[-1] - ticks[0] == len(ticks) - 1  # and no tick was lost while all were up
-    assert lag is not None and 0 <= lag[0] < 1.0, lag
+    assert lag is not None and 0 <= lag[0] < 2.0, lag  # each ran at its tick, give or take load

@@ -176,13 +176,13 @@ async def cron(args: argparse.Namespace) -> None:
     runner = Periodic(pool)
 
     async def tick() -> None:
-        # The claimed tick is the task's period in pgenough.periodic until the next claim,
-        # a second later.
+        # The tick this run claimed is the task's period while the row names this replica:
+        # a later tick claimed meanwhile by another replica records nothing, never a wrong tick.
         async with pool.connection() as conn:
             await conn.execute(
-                "INSERT INTO ticks (task, period, replica) SELECT name, period, %s"
-                " FROM pgenough.periodic WHERE name = %s",
-                (runner.replica, args.name),
+                "INSERT INTO ticks (task, period, replica) SELECT name, period, claimed_by"
+                " FROM pgenough.periodic WHERE name = %s AND claimed_by = %s",
+                (args.name, runner.replica),
             )
 
     runner.cron(args.expr, args.name, tick)
