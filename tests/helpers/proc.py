@@ -170,9 +170,36 @@ async def periodic(args: argparse.Namespace) -> None:
     await pool.close()
 
 
+async def cron(args: argparse.Namespace) -> None:
+    """Run a cron task for --seconds, each run recorded in the ticks table with its tick."""
+    pool = await open_pool(os.environ["DATABASE_URL"], max_size=3)
+    runner = Periodic(pool)
+
+    async def tick() -> None:
+        # The tick this run claimed is the task's period while the row names this replica:
+        # a later tick claimed meanwhile by another replica records nothing, never a wrong tick.
+        async with pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO ticks (task, period, replica) SELECT name, period, claimed_by"
+                " FROM pgenough.periodic WHERE name = %s AND claimed_by = %s",
+                (args.name, runner.replica),
+            )
+
+    runner.cron(args.expr, args.name, tick)
+    say("ready")
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(args.seconds)
+    runner.stop()
+    await task
+    say("done")
+    await pool.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["effects", "hold", "crash", "slow", "lock", "periodic"])
+    parser.add_argument(
+        "mode", choices=["effects", "hold", "crash", "slow", "lock", "periodic", "cron"]
+    )
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--lease", type=float, default=30.0)
@@ -181,6 +208,7 @@ def main() -> None:
     parser.add_argument("--shutdown-timeout", type=float, default=30.0)
     parser.add_argument("--name", default="test-lock")
     parser.add_argument("--period", type=float, default=1.0)
+    parser.add_argument("--expr", default="* * * * * *")
     args = parser.parse_args()
     asyncio.run(globals()[args.mode](args))
 

@@ -23,7 +23,7 @@ from pgenough.core.maintenance import (
     rescue_expired,
 )
 from pgenough.core.migrations import MigrationSet, migrate, schema_version
-from pgenough.core.periodic import Periodic
+from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
     JOB_STATES,
@@ -43,6 +43,7 @@ from pgenough.core.queue import (
     retry_job,
 )
 from pgenough.core.retry import Backoff
+from pgenough.core.schedule import Cron, Interval, Schedule, Tick
 from pgenough.core.tasks import (
     App,
     AppNotFound,
@@ -61,12 +62,15 @@ __all__ = [  # noqa: RUF022
     "App",
     "AppNotFound",
     "Backoff",
+    "Claim",
     "CleanResult",
+    "Cron",
     "DatabaseError",
     "EnqueueOptions",
     "Gap",
     "GiveUp",
     "Handler",
+    "Interval",
     "JOB_STATES",
     "Job",
     "JobNotFound",
@@ -80,15 +84,18 @@ __all__ = [  # noqa: RUF022
     "MigrationSet",
     "NewJob",
     "Periodic",
+    "PeriodicTask",
     "PgenoughError",
     "QueueStats",
     "RescueResult",
     "RetryIn",
+    "Schedule",
     "Subscription",
     "Task",
     "TaskArgumentsError",
     "TaskContext",
     "TaskTimeout",
+    "Tick",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

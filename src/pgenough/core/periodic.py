@@ -1,9 +1,16 @@
-"""Periodic tasks that run at most once per period across every replica.
+"""Periodic tasks that run at most once per tick across every replica.
 
-Each replica wakes at each period boundary (by the database clock) and tries to claim the
-period with one conditional upsert on ``pgenough.periodic``; only the replica whose upsert
-moved the period forward runs the task. A replica that dies mid-run loses that period's run:
-at most once, never twice.
+A task has a schedule (``schedule.py``): a fixed interval (``every``) or a cron expression in a
+timezone (``cron``). Each replica wakes at each of the task's ticks, reads the database clock,
+and tries to claim the schedule's latest tick with one conditional upsert on
+``pgenough.periodic``; only the replica whose upsert moved the tick forward runs the task. A
+replica that dies mid-run loses that tick's run: at most once, never twice.
+
+Ticks that pass while no replica is up are handled by the task's ``missed`` policy: ``once``
+runs the latest of them once on recovery and drops the older ones; ``skip`` runs none that is
+claimed more than ``grace`` seconds after its time. A cron task seen for the first time does
+not run for a tick that passed before it was registered; an interval task runs its current
+period at once (the period is still going on).
 """
 
 from __future__ import annotations
@@ -16,47 +23,88 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeAlias
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
+from pgenough.core.schedule import (
+    DEFAULT_GRACE,
+    MISSED_POLICIES,
+    Cron,
+    Interval,
+    Missed,
+    Schedule,
+    Tick,
+    is_late,
+)
 
 log = logging.getLogger(__name__)
 _Q = load("periodic")
 
 TaskFn: TypeAlias = Callable[[], Awaitable[None]]
+Outcome: TypeAlias = Literal["run", "skipped", "recorded"]
 
 
 @dataclass(frozen=True)
 class PeriodicTask:
+    """A task, its schedule, and what it does about ticks missed while no replica was up.
+
+    ``grace`` is how late (seconds) a claim may come after its tick and still be on time:
+    under ``missed="skip"`` a later tick is not run; under ``"once"`` it runs, logged as late.
+    None (the default of ``every``) takes no tick as late.
+    """
+
     name: str
-    seconds: float
+    schedule: Schedule
     fn: TaskFn
+    missed: Missed = "once"
+    grace: float | None = None
 
     def __post_init__(self) -> None:
-        if self.seconds <= 0:
-            raise ValueError("a period must be positive")
         if not self.name:
             raise ValueError("a periodic task needs a name")
+        if self.missed not in MISSED_POLICIES:
+            raise ValueError(f"missed must be one of {MISSED_POLICIES}, got {self.missed!r}")
+        if self.grace is not None and self.grace < 0:
+            raise ValueError("grace must not be negative")
+        if self.missed == "skip" and self.grace is None:
+            raise ValueError('missed="skip" needs a grace')
 
 
-def seconds_to_next_period(now_s: float, seconds: float) -> float:
-    """Time from ``now_s`` (epoch seconds) to the start of the next period."""
-    return seconds - (now_s % seconds)
+@dataclass(frozen=True)
+class Claim:
+    """One replica's attempt at a task's latest tick, at database time ``now``.
+
+    ``outcome`` is None when this replica did not move the tick forward (another did, or it
+    was claimed already); otherwise this replica runs it, skipped it as late, or recorded it
+    without running (a first registration or a changed schedule).
+    """
+
+    now: datetime
+    tick: Tick | None
+    outcome: Outcome | None
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome == "run"
 
 
 class Periodic:
-    """A set of periodic tasks run by this replica, each at most once per period overall.
+    """A set of periodic tasks run by this replica, each at most once per tick overall.
 
     ::
 
         periodic = Periodic(pool)
 
-        @periodic.every(60, "nightly-report")
+        @periodic.every(60, "minutely-report")
         async def report() -> None: ...
+
+        @periodic.cron("30 2 * * *", "nightly-report", timezone="Europe/Berlin")
+        async def nightly() -> None: ...
 
         await periodic.run()          # until stop() is called
     """
@@ -75,57 +123,123 @@ class Periodic:
 
         Usable directly (``every(10, "x", fn)``) or as a decorator (``@every(10, "x")``).
         """
+        return self._register(name, Interval(seconds), fn, "once", None)
+
+    def cron(
+        self,
+        expr: str,
+        name: str,
+        fn: TaskFn | None = None,
+        *,
+        timezone: str = "UTC",
+        missed: Missed = "once",
+        grace: float = DEFAULT_GRACE,
+    ) -> Callable[[TaskFn], TaskFn]:
+        """Register ``fn`` to run at each tick of the cron expression ``expr`` (five fields,
+        or six with a leading seconds field) in the IANA ``timezone``, under ``name``.
+
+        Usable directly or as a decorator, like ``every``. A bad expression or an unknown
+        timezone raises ``ValueError`` here. ``missed`` and ``grace``: see ``PeriodicTask``.
+        """
+        return self._register(name, Cron(expr, timezone), fn, missed, grace)
+
+    def _register(
+        self,
+        name: str,
+        schedule: Schedule,
+        fn: TaskFn | None,
+        missed: Missed,
+        grace: float | None,
+    ) -> Callable[[TaskFn], TaskFn]:
+        # Built before any function is given, so a bad schedule fails at the call site even
+        # in the decorator form.
+        PeriodicTask(name, schedule, _never, missed, grace)
 
         def register(f: TaskFn) -> TaskFn:
             if name in self._tasks:
                 raise ValueError(f"periodic task {name!r} is already registered")
-            self._tasks[name] = PeriodicTask(name, seconds, f)
+            self._tasks[name] = PeriodicTask(name, schedule, f, missed, grace)
             return f
 
         if fn is not None:
             register(fn)
         return register
 
+    async def claim_at(
+        self, conn: psycopg.AsyncConnection[Any], task: PeriodicTask, now: datetime
+    ) -> Claim:
+        """Try to claim ``task``'s latest tick at database time ``now`` on ``conn``."""
+        tick = task.schedule.latest(now)
+        if tick is None:
+            return Claim(now, None, None)
+        late = task.grace is not None and is_late(tick, now, task.grace)
+        skip = late and task.missed == "skip"
+        cur = await conn.execute(
+            _Q["claim_tick"],
+            {
+                "name": task.name,
+                "schedule": task.schedule.spec,
+                "tick": tick.key,
+                "first_runs": task.schedule.first_tick_runs,
+                "skip": skip,
+                "replica": self.replica,
+            },
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return Claim(now, tick, None)
+        runs, previous = row
+        # No previous tick under this schedule: a first claim, which only runs an interval's.
+        outcome: Outcome = "run" if runs else "recorded" if previous is None else "skipped"
+        _log_claim(task, tick, now, outcome, previous)
+        return Claim(now, tick, outcome)
+
     async def claim(self, task: PeriodicTask) -> tuple[float, bool]:
-        """Try to claim the current period of ``task``: (database epoch seconds, claimed)."""
+        """Try to claim the current tick of ``task``: (database epoch seconds, claimed)."""
+        claim = await self._claim(task)
+        return claim.now.timestamp(), claim.runs
+
+    async def _claim(self, task: PeriodicTask) -> Claim:
         metrics.PERIODIC_CLAIMS.labels(task.name).inc()
         async with self._pool.connection() as conn:
-            cur = await conn.execute(
-                _Q["claim_period"],
-                {"name": task.name, "seconds": task.seconds, "replica": self.replica},
-            )
+            cur = await conn.execute(_Q["database_now"])
             row = await cur.fetchone()
-        assert row is not None
-        return float(row[0]), row[1] is not None
+            assert row is not None
+            return await self.claim_at(conn, task, row[0])
 
     async def run_once(self, task: PeriodicTask) -> tuple[float, bool]:
-        """Claim and, if this replica won the period, run ``task``; (db time, ran)."""
-        now_s, claimed = await self.claim(task)
-        if claimed:
+        """Claim and, if this replica won the tick, run ``task``; (db time, ran)."""
+        claim = await self._run_once(task)
+        return claim.now.timestamp(), claim.runs
+
+    async def _run_once(self, task: PeriodicTask) -> Claim:
+        claim = await self._claim(task)
+        if claim.runs:
             metrics.PERIODIC_RUNS.labels(task.name).inc()
             try:
                 await task.fn()
             except Exception:  # a service loop: log and keep the schedule
                 metrics.PERIODIC_ERRORS.labels(task.name).inc()
                 log.exception("periodic task %s failed", task.name)
-        return now_s, claimed
+        return claim
 
     async def _loop(self, task: PeriodicTask) -> None:
         failures = 0
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                now_s, _ = await self.run_once(task)
+                claim = await self._run_once(task)
                 failures = 0
-                # Sleep to the next boundary as measured at claim time, so a slow run does
-                # not shift the schedule; the small jitter spreads replicas' claims.
-                delay = seconds_to_next_period(now_s, task.seconds) + self._rng.uniform(0, 0.02)
+                # Sleep to the next tick as measured at claim time, so a slow run does not
+                # shift the schedule; the small jitter spreads replicas' claims.
+                wait = task.schedule.next_after(claim.now).at - claim.now
+                delay = wait.total_seconds() + self._rng.uniform(0, 0.02)
                 delay = max(0.0, delay - (time.monotonic() - started))
             except psycopg.Error as exc:  # a service loop: log and carry on
                 failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6))
                 log.warning(
-                    "periodic task %s: could not claim its period (%s); retry in %.1fs",
+                    "periodic task %s: could not claim its tick (%s); retry in %.1fs",
                     task.name,
                     exc,
                     delay,
@@ -142,3 +256,37 @@ class Periodic:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+async def _never() -> None:
+    """Stands in for a task's function while its schedule is checked."""
+
+
+def _log_claim(
+    task: PeriodicTask, tick: Tick, now: datetime, outcome: Outcome, previous: int | None
+) -> None:
+    at, late_s = tick.at.isoformat(), (now - tick.at).total_seconds()
+    if outcome == "skipped":
+        log.info(
+            "periodic task %s: skipped tick %s, claimed %.1f s after it (grace %g s); "
+            "it runs again at its next tick",
+            task.name,
+            at,
+            late_s,
+            task.grace,
+        )
+        return
+    if outcome == "recorded":
+        log.debug("periodic task %s: first claim under its schedule, at tick %s", task.name, at)
+        return
+    late = task.grace is not None and is_late(tick, now, task.grace)
+    before = task.schedule.latest(tick.at - timedelta(microseconds=1))
+    dropped = previous is not None and before is not None and previous < before.key
+    if late or dropped:
+        log.info(
+            "periodic task %s: ticks passed while no replica claimed them; running the "
+            "latest, %s, once (%.1f s after it), the older ones not at all",
+            task.name,
+            at,
+            late_s,
+        )

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, overload
+from typing import Any, TypeAlias, overload
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -50,6 +50,7 @@ from pgenough.core.queue import (
     enqueue_many,
 )
 from pgenough.core.retry import Backoff
+from pgenough.core.schedule import DEFAULT_GRACE, Missed
 from pgenough.core.worker import Handler, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -299,14 +300,15 @@ class _TaskHandler:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class TaskSchedule:
     """A task enqueued on a schedule: a fixed period or a cron expression."""
 
     task: Task
     every: float | None
     cron: str | None
     timezone: str
-    missed: Literal["once", "skip"]
+    missed: Missed
+    grace: float
 
 
 class App:
@@ -323,7 +325,7 @@ class App:
         migrations: Sequence[MigrationSet] = (),
     ) -> None:
         self.tasks: dict[str, Task] = {}
-        self.schedules: list[Schedule] = []
+        self.schedules: list[TaskSchedule] = []
         self.concurrency: dict[str, int] = dict(queues or {})
         self.migrations = list(migrations)
 
@@ -380,13 +382,14 @@ class App:
         every: float | None = None,
         cron: str | None = None,
         timezone: str = "UTC",
-        missed: Literal["once", "skip"] = "once",
+        missed: Missed = "once",
+        grace: float = DEFAULT_GRACE,
     ) -> Callable[[Task], Task]:
         """Enqueue a task (one taking no required arguments) on a schedule: ``every``
-        seconds, or at each tick of a ``cron`` expression in ``timezone``. Each period or
-        tick is claimed by one worker process across all replicas (database clock), which
-        enqueues one job; while that job is still ready or running, the next tick adds none.
-        """
+        seconds, or at each tick of a ``cron`` expression in ``timezone`` (``missed`` and
+        ``grace`` as for ``Periodic.cron``). Each period or tick is claimed by one worker
+        process across all replicas (database clock), which enqueues one job; while that job
+        is still ready or running, the next tick adds none."""
         if (every is None) == (cron is None):
             raise ValueError("give a schedule: every=SECONDS or cron=EXPRESSION (one of them)")
 
@@ -394,7 +397,7 @@ class App:
             if not isinstance(task, Task):
                 raise TypeError("@app.periodic goes above @app.task")
             task.payload()  # its required arguments would have no value: refuse now
-            schedule = Schedule(task, every, cron, timezone, missed)
+            schedule = TaskSchedule(task, every, cron, timezone, missed, grace)
             # Registered on a scratch Periodic, so a bad period, expression or zone fails
             # here, at import, not when a worker starts.
             _register_schedule(Periodic(None, replica="check"), schedule, None)  # type: ignore[arg-type]
@@ -443,7 +446,7 @@ class App:
 
 
 def _register_schedule(
-    periodic: Periodic, schedule: Schedule, pool: AsyncConnectionPool | None
+    periodic: Periodic, schedule: TaskSchedule, pool: AsyncConnectionPool | None
 ) -> None:
     task = schedule.task.using(dedupe_key=f"schedule:{schedule.task.name}")
 

@@ -1,15 +1,35 @@
--- name: claim_period
--- Claim the current period of a task for this replica. The period is computed from the
--- database clock, so replicas on hosts with skewed clocks still agree; at most one claim
--- per (task, period) succeeds. Returns the database time and the claimed period (or null).
-WITH t AS (
-    SELECT extract(epoch FROM now())::float8 AS now_s
-), claim AS (
-    INSERT INTO pgenough.periodic AS p (name, period, claimed_by)
-    SELECT %(name)s, floor(t.now_s / %(seconds)s)::bigint, %(replica)s FROM t
-    ON CONFLICT (name) DO UPDATE
-        SET period = EXCLUDED.period, claimed_at = now(), claimed_by = EXCLUDED.claimed_by
-        WHERE p.period < EXCLUDED.period
-    RETURNING period
+-- name: database_now
+-- The database clock, which every replica's schedule is computed from, so replicas on hosts
+-- with skewed clocks still agree on which tick is due.
+SELECT now()
+
+-- name: claim_tick
+-- Move a task's claimed tick forward to %(tick)s, its schedule's latest tick at the database
+-- time the caller read; at most one replica's upsert moves a (task, tick) forward. A new row,
+-- or one claimed under another schedule (a null schedule is a row from before schedules were
+-- recorded, taken as this one's unless it is ahead), takes the tick without running it unless
+-- %(first_runs)s; a %(skip)s tick is recorded without running. claimed_by is null when the
+-- tick is not run; previous is the task's last tick under this schedule, if any. No row: the
+-- tick was not ours to claim.
+WITH previous AS (
+    SELECT period FROM pgenough.periodic WHERE name = %(name)s AND schedule = %(schedule)s
 )
-SELECT t.now_s, (SELECT period FROM claim) FROM t
+INSERT INTO pgenough.periodic AS p (name, schedule, period, claimed_by)
+VALUES (
+    %(name)s, %(schedule)s, %(tick)s,
+    CASE WHEN %(first_runs)s AND NOT %(skip)s THEN %(replica)s END
+)
+ON CONFLICT (name) DO UPDATE
+    SET schedule = EXCLUDED.schedule,
+        period = EXCLUDED.period,
+        claimed_at = now(),
+        claimed_by = CASE
+            WHEN p.schedule = EXCLUDED.schedule
+                OR (p.schedule IS NULL AND p.period < EXCLUDED.period)
+                THEN CASE WHEN %(skip)s THEN NULL ELSE %(replica)s END
+            ELSE EXCLUDED.claimed_by
+        END
+    WHERE p.period < EXCLUDED.period
+        OR (p.schedule IS DISTINCT FROM EXCLUDED.schedule
+            AND NOT (p.schedule IS NULL AND p.period = EXCLUDED.period))
+RETURNING claimed_by IS NOT NULL AS runs, (SELECT period FROM previous) AS previous
