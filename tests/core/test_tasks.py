@@ -28,7 +28,7 @@ from pgenough.core import (
     get_job,
     list_jobs,
 )
-from tests.helpers.procs import ROOT
+from tests.helpers.procs import ROOT, wait_until
 
 pytestmark = pytest.mark.db
 
@@ -359,3 +359,60 @@ def test_a_task_in_a_script_is_named_after_the_module_the_worker_imports(
     assert (as_script.stdout, as_module.stdout) == ("shop.welcome\n", "shop.welcome\n"), (
         as_script.stderr + as_module.stderr
     )
+
+
+async def test_a_scheduled_task_is_enqueued_once_per_tick_and_run(
+    db: AsyncConnectionPool,
+) -> None:
+    app = App()
+    ran: list[float] = []
+
+    @app.periodic(cron="* * * * * *")  # cronsim's six fields: every second
+    @app.task(name="tick", queue="cron")
+    async def tick() -> None:
+        ran.append(asyncio.get_running_loop().time())
+
+    replicas = [app.worker(db, config=FAST, name=f"replica-{n}") for n in range(3)]
+    started = asyncio.get_running_loop().time()
+    runs = [asyncio.create_task(w.run()) for w in replicas]
+    try:
+        await wait_until(_at_least(ran, 3), timeout=30, what="three ticks")
+    finally:
+        for w in replicas:
+            w.stop()
+        await asyncio.gather(*runs)
+    elapsed = asyncio.get_running_loop().time() - started
+    async with db.connection() as conn:
+        claimed = await (
+            await conn.execute("SELECT period FROM pgenough.periodic WHERE name = 'schedule:tick'")
+        ).fetchone()
+    assert claimed is not None
+    # Three replicas, one job per tick: at most one run per second that passed (the first
+    # tick may come right after start-up, hence one more).
+    assert len(ran) <= elapsed + 1, (len(ran), elapsed)
+
+
+def _at_least(items: list[Any], n: int) -> Any:
+    async def check() -> bool:
+        return len(items) >= n
+
+    return check
+
+
+def test_a_schedule_is_checked_where_it_is_declared() -> None:
+    app = App()
+
+    @app.task(name="needs-arg")
+    async def needs(arg: int) -> None: ...
+
+    with pytest.raises(TaskArgumentsError, match="missing a required argument: 'arg'"):
+        app.periodic(every=60)(needs)
+    with pytest.raises(ValueError, match="invalid cron expression"):
+        app.periodic(cron="61 * * * *")(app.task(name="a")(lambda: None))
+    with pytest.raises(ValueError, match="unknown timezone"):
+        app.periodic(cron="0 3 * * *", timezone="Europe/Atlantis")(app.task(name="b")(lambda: None))
+    with pytest.raises(ValueError, match="one of them"):
+        app.periodic(every=60, cron="0 3 * * *")
+    with pytest.raises(TypeError, match=r"above @app\.task"):
+        app.periodic(every=60)(lambda: None)  # type: ignore[arg-type]
+    assert app.schedules == []
