@@ -366,18 +366,7 @@ async def test_a_cron_task_runs_in_the_loop_once_per_second(db: AsyncConnectionP
 def test_three_replicas_run_a_one_second_task_about_ten_times_in_ten_seconds(
     db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
 ) -> None:
-    procs = [
-        Proc(worker_env, "periodic", "--seconds", "10", "--period", "1", "--name", "tick")
-        for _ in range(3)
-    ]
-    try:
-        for proc in procs:
-            proc.expect("ready")
-        for proc in procs:
-            proc.expect("done", timeout=60)
-    finally:
-        for proc in procs:
-            proc.kill()
+    _three_replicas(worker_env, "periodic", "--period", "1", "--name", "tick")
     with psycopg.connect(database_url) as conn:
         runs, periods, replicas = conn.execute(
             "SELECT count(*), count(DISTINCT period), count(DISTINCT replica) FROM ticks"
@@ -393,18 +382,7 @@ def test_three_replicas_run_a_one_second_task_about_ten_times_in_ten_seconds(
 def test_three_replicas_run_an_every_second_cron_task_once_per_tick(
     db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
 ) -> None:
-    procs = [
-        Proc(worker_env, "cron", "--seconds", "10", "--expr", "* * * * * *", "--name", "cron")
-        for _ in range(3)
-    ]
-    try:
-        for proc in procs:
-            proc.expect("ready")
-        for proc in procs:
-            proc.expect("done", timeout=60)
-    finally:
-        for proc in procs:
-            proc.kill()
+    _three_replicas(worker_env, "cron", "--expr", "* * * * * *", "--name", "cron")
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
             "SELECT period FROM ticks WHERE task = 'cron' ORDER BY period"
@@ -418,3 +396,16 @@ def test_three_replicas_run_an_every_second_cron_task_once_per_tick(
     assert 8 <= len(ticks) <= 12, ticks
     assert ticks[-1] - ticks[0] == len(ticks) - 1  # and no tick was lost while all were up
     assert lag is not None and 0 <= lag[0] < 2.0, lag  # each ran at its tick, give or take load
+
+
+def _three_replicas(env: dict[str, str], mode: str, *args: str) -> None:
+    """Three helper processes running ``mode`` for the same 10 s, to their end."""
+    procs = [Proc(env, mode, "--seconds", "10", *args) for _ in range(3)]
+    try:
+        for proc in procs:
+            proc.expect("ready")
+        for proc in procs:
+            proc.expect("done", timeout=60)
+    finally:
+        for proc in procs:
+            proc.kill()

@@ -74,6 +74,12 @@ def metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
+def run_pgenough(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PGENOUGH, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
 def stop(proc: Proc, timeout: float = 60) -> int:
     if proc.popen.poll() is None:
         proc.popen.send_signal(signal.SIGTERM)
@@ -211,13 +217,9 @@ async def test_until_idle_drains_the_queues_and_exits_zero(
             await taskapp.app.tasks["work.billing"].enqueue(conn, n=n)
             await taskapp.app.tasks["work.search"].enqueue(conn, n=n)
     done = await asyncio.to_thread(
-        subprocess.run,
-        [PGENOUGH, "worker", "run", SPEC, "--until-idle", "-q", "billing", "-q", "search=3"],
-        env=worker_env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        run_pgenough,
+        worker_env,
+        *("worker", "run", SPEC, "--until-idle", "-q", "billing", "-q", "search=3"),
     )
     assert done.returncode == 0, done.stderr
     assert "queues billing (2), search (3)" in done.stderr
@@ -240,14 +242,7 @@ async def test_until_idle_drains_the_queues_and_exits_zero(
 def test_usage_errors_are_one_line_and_exit_2(
     worker_env: dict[str, str], args: list[str], code: int, message: str
 ) -> None:
-    done = subprocess.run(
-        [PGENOUGH, "worker", "run", *args],
-        env=worker_env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_pgenough(worker_env, "worker", "run", *args)
     assert done.returncode == code, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
@@ -256,14 +251,7 @@ def test_usage_errors_are_one_line_and_exit_2(
 def test_an_unreachable_database_is_one_line_and_exit_1(worker_env: dict[str, str]) -> None:
     with socket_nobody_listens_on() as port:
         env = {**worker_env, "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x"}
-        done = subprocess.run(
-            [PGENOUGH, "worker", "run", SPEC],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_pgenough(env, "worker", "run", SPEC)
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, done.stderr

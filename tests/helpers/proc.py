@@ -15,6 +15,8 @@ import signal
 import sys
 from typing import Any
 
+from psycopg_pool import AsyncConnectionPool
+
 from pgenough.core import (
     Job,
     MaintenanceConfig,
@@ -161,13 +163,7 @@ async def periodic(args: argparse.Namespace) -> None:
             )
 
     runner.every(args.period, args.name, tick)
-    say("ready")
-    task = asyncio.create_task(runner.run())
-    await asyncio.sleep(args.seconds)
-    runner.stop()
-    await task
-    say("done")
-    await pool.close()
+    await _run_for(pool, runner, args.seconds)
 
 
 async def cron(args: argparse.Namespace) -> None:
@@ -186,9 +182,14 @@ async def cron(args: argparse.Namespace) -> None:
             )
 
     runner.cron(args.expr, args.name, tick)
+    await _run_for(pool, runner, args.seconds)
+
+
+async def _run_for(pool: AsyncConnectionPool, runner: Periodic, seconds: float) -> None:
+    """Run ``runner``'s tasks for ``seconds`` between a "ready" and a "done" line."""
     say("ready")
     task = asyncio.create_task(runner.run())
-    await asyncio.sleep(args.seconds)
+    await asyncio.sleep(seconds)
     runner.stop()
     await task
     say("done")
