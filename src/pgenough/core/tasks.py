@@ -24,6 +24,7 @@ fail.
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import inspect
 import logging
@@ -171,14 +172,9 @@ class Task:
         ):
             if value is not None:
                 changes[key] = value
-        clone = Task(
-            self.fn,
-            name=self.name,
-            options=replace(self.options, **changes),
-            backoff=self.backoff,
-            timeout=self.timeout,
-            pass_context=self.pass_context,
-        )
+        # A copy sharing the checked signature: using() sits on enqueue paths.
+        clone = copy.copy(self)
+        clone.options = replace(self.options, **changes)
         return clone
 
     def job(self, *args: Any, **kwargs: Any) -> NewJob:
