@@ -156,14 +156,18 @@ class Periodic:
         PeriodicTask(name, schedule, _never, missed, grace)
 
         def register(f: TaskFn) -> TaskFn:
-            if name in self._tasks:
-                raise ValueError(f"periodic task {name!r} is already registered")
-            self._tasks[name] = PeriodicTask(name, schedule, f, missed, grace)
+            self.add(PeriodicTask(name, schedule, f, missed, grace))
             return f
 
         if fn is not None:
             register(fn)
         return register
+
+    def add(self, task: PeriodicTask) -> None:
+        """Register a task built beforehand (``every`` and ``cron`` build theirs)."""
+        if task.name in self._tasks:
+            raise ValueError(f"periodic task {task.name!r} is already registered")
+        self._tasks[task.name] = task
 
     async def claim_at(
         self, conn: psycopg.AsyncConnection[Any], task: PeriodicTask, now: datetime

@@ -40,7 +40,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core.errors import GiveUp, PgenoughError
 from pgenough.core.migrations import MigrationSet
-from pgenough.core.periodic import Periodic
+from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -51,7 +51,7 @@ from pgenough.core.queue import (
     enqueue_many,
 )
 from pgenough.core.retry import Backoff
-from pgenough.core.schedule import DEFAULT_GRACE, Missed
+from pgenough.core.schedule import DEFAULT_GRACE, Cron, Interval, Missed, Schedule
 from pgenough.core.worker import Handler, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -297,14 +297,11 @@ class _TaskHandler:
 
 @dataclass(frozen=True)
 class TaskSchedule:
-    """A task enqueued on a schedule: a fixed period or a cron expression."""
+    """A task enqueued on a schedule. ``periodic`` is checked when declared; its function
+    is a placeholder until a worker binds it to its pool."""
 
     task: Task
-    every: float | None
-    cron: str | None
-    timezone: str
-    missed: Missed
-    grace: float
+    periodic: PeriodicTask
 
 
 class App:
@@ -393,10 +390,12 @@ class App:
             if not isinstance(task, Task):
                 raise TypeError("@app.periodic goes above @app.task")
             task.payload()  # its required arguments would have no value: refuse now
-            schedule = TaskSchedule(task, every, cron, timezone, missed, grace)
-            # Registered on a scratch Periodic, so a bad period, expression or zone fails
-            # here, at import, not when a worker starts.
-            _register_schedule(Periodic(None, replica="check"), schedule, None)  # type: ignore[arg-type]
+            when: Schedule = Interval(every) if every is not None else Cron(cron or "", timezone)
+            # Built now, so a bad period, expression, zone or policy fails at import.
+            schedule = TaskSchedule(
+                task,
+                PeriodicTask(f"schedule:{task.name}", when, _unbound, missed, grace),
+            )
             self.schedules.append(schedule)
             return task
 
@@ -442,23 +441,21 @@ class App:
 
 
 def _register_schedule(
-    periodic: Periodic, schedule: TaskSchedule, pool: AsyncConnectionPool | None
+    periodic: Periodic, schedule: TaskSchedule, pool: AsyncConnectionPool
 ) -> None:
     task = schedule.task.using(dedupe_key=f"schedule:{schedule.task.name}")
 
     async def tick() -> None:
-        assert pool is not None
         async with pool.connection() as conn, conn.transaction():
             job_id = await task.enqueue(conn)
         if job_id is None:
             log.info("schedule %s: the previous job is still queued; none added", task.name)
 
-    name = f"schedule:{task.name}"
-    if schedule.every is not None:
-        periodic.every(schedule.every, name, tick)
-    else:
-        assert schedule.cron is not None
-        periodic.cron(schedule.cron, name, tick, timezone=schedule.timezone, missed=schedule.missed)
+    periodic.add(replace(schedule.periodic, fn=tick))
+
+
+async def _unbound() -> None:
+    raise AssertionError("a schedule runs only once a worker has bound it")
 
 
 def _module_name(fn: TaskFn) -> str:
