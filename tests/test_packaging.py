@@ -250,3 +250,32 @@ def test_migrate_without_database_url_says_what_to_set(core_venv: CoreVenv) -> N
     line = _one_error_line(core_venv.pgenough("migrate", env=env))
     assert "DATABASE_URL" in line
     assert "pgenough[embedded]" in line
+
+
+def test_the_operators_job_commands_work_on_the_core_alone(
+    core_venv: CoreVenv, core_db: str
+) -> None:
+    """A queue user inspects and repairs jobs without the plan service."""
+    env = dict(core_venv.env, DATABASE_URL=core_db)
+    _check(core_venv.pgenough("migrate", env=env))
+    with psycopg.connect(core_db, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO pgenough.jobs (kind, state, finished_at, attempts, max_attempts)"
+            " VALUES ('send', 'dead', now(), 3, 3) RETURNING id"
+        ).fetchone()
+    assert row is not None
+    job_id = str(row[0])
+    for args in (["jobs", "--state", "dead"], ["job", job_id], ["retry", job_id]):
+        result = core_venv.pgenough(*args, env=env)
+        _check(result)
+        assert job_id in result.stdout, (args, result.stdout)
+    _check(core_venv.pgenough("discard", job_id, env=env))
+    result = core_venv.pgenough("requeue-stuck", env=env)
+    _check(result)
+    assert "requeued 0 stuck job(s)" in result.stdout
+    with psycopg.connect(core_db) as conn:
+        assert conn.execute(
+            "SELECT state::text FROM pgenough.jobs WHERE id = %s", [row[0]]
+        ).fetchone() == ("cancelled",)
+    line = _one_error_line(core_venv.pgenough("retry", "999999999", env=env))
+    assert line == ("error: job 999999999: nothing to retry (unknown id or wrong state)"), line

@@ -55,6 +55,7 @@ from pgenough.core import (
     migrate,
     open_pool,
     queue_stats,
+    repair,
     schema_version,
 )
 from pgenough.httpserver import ListenError, listen
@@ -951,13 +952,11 @@ def retry_cmd(
         _fail("give a job ID or --all-dead (exactly one)", code=2)
     if queue is not None and not all_dead:
         _fail("--queue goes with --all-dead", code=2)
-    with _needs_service():
-        from pgenough.plans import inspect
     if job_id is not None:
-        job = _inspect("retry", lambda conn: inspect.retry(conn, job_id))
+        job = _inspect("retry", lambda conn: repair.retry(conn, job_id))
         _show(job, as_json, lambda: render.job_line("retried", job))
         return
-    retried = _inspect("retry", lambda conn: inspect.retry_all_dead(conn, queue))
+    retried = _inspect("retry", lambda conn: repair.retry_all_dead(conn, queue))
     where = f" of queue {queue}" if queue else ""
     _show(
         {"retried": retried, "queue": queue},
@@ -974,18 +973,14 @@ def discard_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job that has not finished (it can still be retried until cleaned up)."""
-    with _needs_service():
-        from pgenough.plans import inspect
-    job = _inspect("discard", lambda conn: inspect.discard(conn, job_id))
+    job = _inspect("discard", lambda conn: repair.discard(conn, job_id))
     _show(job, as_json, lambda: render.job_line("discarded", job))
 
 
 @app.command("requeue-stuck", rich_help_panel=INSPECT_PANEL)
 def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
     """Take back now every claim whose lease expired (a worker died holding it)."""
-    with _needs_service():
-        from pgenough.plans import inspect
-    result = _inspect("requeue-stuck", inspect.requeue_stuck)
+    result = _inspect("requeue-stuck", repair.requeue_stuck)
     _show(
         result,
         as_json,

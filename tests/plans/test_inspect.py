@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import cancel_job, enqueue, get_job, queue_stats
+from pgenough.core import cancel_job, enqueue, get_job, queue_stats, repair
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.plans.sim import SimServer
@@ -118,9 +118,9 @@ async def test_a_dead_chunk_is_seen_retried_and_its_run_completes(
 
     await heal_chunks(db)
     async with db.connection() as conn:
-        first = await inspect.retry(conn, failing[0].id)
+        first = await repair.retry(conn, failing[0].id)
         assert first.state == "ready"
-        assert await inspect.retry_all_dead(conn) == len(failing) - 1
+        assert await repair.retry_all_dead(conn) == len(failing) - 1
     await process(db)
 
     async with db.connection() as conn:
@@ -144,8 +144,8 @@ async def test_discard_cancels_and_requeue_stuck_takes_back_expired_leases(
             " WHERE id = %s",
             (stuck,),
         )
-        discarded = await inspect.discard(conn, doomed)
-        result = await inspect.requeue_stuck(conn)
+        discarded = await repair.discard(conn, doomed)
+        result = await repair.requeue_stuck(conn)
         rescued = await get_job(conn, stuck)
     assert discarded.state == "cancelled"
     assert (result.retried, result.dead) == (1, 0)

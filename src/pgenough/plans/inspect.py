@@ -25,15 +25,9 @@ from pgenough.core import (
     JOB_STATES,
     JobRecord,
     QueueStats,
-    RescueResult,
-    cancel_job,
-    get_job,
     list_jobs,
     named_queries,
     queue_stats,
-    rescue_expired,
-    retry_dead,
-    retry_job,
 )
 from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.plans.process import CHUNK_KIND, PLANS_QUEUE
@@ -243,36 +237,3 @@ async def failed_jobs(
 ) -> list[JobRecord]:
     """Jobs whose last attempt failed: dead ones, and those waiting to retry."""
     return await list_jobs(conn, queue=queue, failing=True, limit=limit)
-
-
-async def retry(conn: AnyConn, job_id: int) -> JobRecord:
-    """Make a dead, cancelled or waiting job runnable now (``core.retry_job``)."""
-    async with conn.transaction():
-        await retry_job(conn, job_id)
-        return await _job(conn, job_id)
-
-
-async def retry_all_dead(conn: AnyConn, queue: str | None = None) -> int:
-    """Every dead job (of ``queue``) runnable now (``core.retry_dead``); how many."""
-    async with conn.transaction():
-        return await retry_dead(conn, queue)
-
-
-async def discard(conn: AnyConn, job_id: int) -> JobRecord:
-    """Cancel a job that has not finished (``core.cancel_job``); it stays visible as
-    ``cancelled`` until the cleaner removes it, and can still be retried until then."""
-    async with conn.transaction():
-        await cancel_job(conn, job_id)
-        return await _job(conn, job_id)
-
-
-async def requeue_stuck(conn: AnyConn) -> RescueResult:
-    """Take back now every claim whose lease expired, as the rescuer would on its next
-    round (``core.rescue_expired``): retried, or dead when its attempts are spent."""
-    return await rescue_expired(conn)
-
-
-async def _job(conn: AnyConn, job_id: int) -> JobRecord:
-    job = await get_job(conn, job_id)
-    assert job is not None  # just changed in this transaction
-    return job

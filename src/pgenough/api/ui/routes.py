@@ -31,7 +31,7 @@ from pgenough.api.ui.auth import (
 from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, not_found
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import UiState, connection
-from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs, queue_stats
+from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs, queue_stats, repair
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.plans.defaults import RUN_STATUSES
@@ -301,7 +301,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         params.checked_id("the job id", job_id, "a job id")
         try:
             async with connection(ui) as conn:
-                job = await inspect.retry(conn, job_id)
+                job = await repair.retry(conn, job_id)
         except JobNotFound as exc:
             return done(ui, form, Flash("error", str(exc)))
         return done(ui, form, Flash("ok", f"job {job.id} will run again now ({job.state})"))
@@ -312,7 +312,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         params.checked_id("the job id", job_id, "a job id")
         try:
             async with connection(ui) as conn:
-                job = await inspect.discard(conn, job_id)
+                job = await repair.discard(conn, job_id)
         except JobNotFound as exc:
             return done(ui, form, Flash("error", str(exc)))
         return done(ui, form, Flash("ok", f"job {job.id} discarded ({job.state})"))
@@ -322,7 +322,7 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         form = await action(request, ui)
         queue = params.text("queue", form.get("queue", ""), params.FORM)
         async with connection(ui) as conn:
-            n = await inspect.retry_all_dead(conn, queue or None)
+            n = await repair.retry_all_dead(conn, queue or None)
         plural = "job" if n == 1 else "jobs"
         return done(ui, form, Flash("ok", f"{n} dead {plural} will run again now"))
 
