@@ -176,6 +176,72 @@ async def _db_second_at_least(db: AsyncConnectionPool, second: int) -> bool:
     return int(await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")) >= second
 
 
+async def test_the_listener_comes_back_after_its_backend_is_terminated(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    env = {**worker_env, "PGENOUGH_WORKER_POLL_INTERVAL": "120"}
+    proc, name, _ = start(env)
+    try:
+        await wait_until(lambda: _listening(db, name), timeout=30, what="the listener")
+        old = await scalar(
+            db,
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+            f"{LISTENER_APPLICATION_PREFIX}{name}",
+        )
+        assert await scalar(db, "SELECT pg_terminate_backend(%s)", old)
+        await wait_until(lambda: _new_listener(db, name, old), timeout=30, what="a new listener")
+        async with db.connection() as conn:
+            for queue in taskapp.QUEUES:
+                await taskapp.app.tasks[f"work.{queue}"].enqueue(conn, n=1)
+        # Only the new listener can wake them: polling is two minutes away.
+        await wait_until(lambda: _effects(db, 5), timeout=30, what="the five jobs")
+        assert await listeners(db, name) == 1
+    finally:
+        assert stop(proc) == 0, proc.stderr
+
+
+async def _new_listener(db: AsyncConnectionPool, name: str, old: int) -> bool:
+    pids = await scalar(
+        db,
+        "SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = %s",
+        f"{LISTENER_APPLICATION_PREFIX}{name}",
+    )
+    return bool(pids) and old not in pids
+
+
+async def test_a_worker_killed_mid_jobs_loses_and_duplicates_nothing(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    """kill -9 while holding claims: a second process rescues them when their leases
+    expire, and every job's effect is written exactly once (it commits with completion)."""
+    env = {**worker_env, "PGENOUGH_WORKER_LEASE": "2", "PGENOUGH_RESCUE_INTERVAL": "1"}
+    total = 60
+    async with db.connection() as conn:
+        await taskapp.paced.enqueue_many(conn, [{"n": n, "seconds": 0.2} for n in range(total)])
+    first, _, _ = start(env, "--queue", "reports=8")
+    try:
+        await wait_until(lambda: _effects(db, 10), timeout=60, what="some jobs done")
+        running = await scalar(db, "SELECT count(*) FROM pgenough.jobs WHERE state = 'running'")
+        first.popen.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        first.kill()
+    assert running > 0  # it died holding claims
+    second, _, _ = start(env, "--queue", "reports=8")
+    try:
+        await wait_until(lambda: _effects(db, total), timeout=120, what="every job done")
+        await wait_until(lambda: _no_jobs(db), timeout=30, what="the queue empty")
+    finally:
+        assert stop(second) == 0, second.stderr
+    async with db.connection() as conn:
+        notes = [r[0] for r in await (await conn.execute("SELECT worker FROM effects")).fetchall()]
+    assert sorted(notes) == sorted(f"paced {n}" for n in range(total))
+
+
+async def _no_jobs(db: AsyncConnectionPool) -> bool:
+    return int(await scalar(db, "SELECT count(*) FROM pgenough.jobs")) == 0
+
+
 async def test_sigterm_lets_a_running_job_finish(
     db: AsyncConnectionPool, worker_env: dict[str, str]
 ) -> None:

@@ -44,3 +44,10 @@ async def sleepy(ctx: TaskContext, seconds: float) -> None:
 
 
 not_an_app = object()
+
+
+@app.task(name="paced", queue="reports", pass_context=True)
+async def paced(ctx: TaskContext, n: int, seconds: float) -> None:
+    """Takes ``seconds``, then records itself: a process killed meanwhile holds claims."""
+    await asyncio.sleep(seconds)
+    await _record(ctx, f"paced {n}")
