@@ -37,14 +37,18 @@ async def scalar(db: AsyncConnectionPool, query: str, *params: Any) -> Any:
     return row[0]
 
 
-async def listeners(db: AsyncConnectionPool, worker: str) -> int:
-    return int(
-        await scalar(
-            db,
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-            f"{LISTENER_APPLICATION_PREFIX}{worker}",
-        )
+async def listener_pids(db: AsyncConnectionPool, worker: str) -> list[int]:
+    """The backends of ``worker``'s listening connections."""
+    pids = await scalar(
+        db,
+        "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = %s",
+        f"{LISTENER_APPLICATION_PREFIX}{worker}",
     )
+    return list(pids)
+
+
+async def listeners(db: AsyncConnectionPool, worker: str) -> int:
+    return len(await listener_pids(db, worker))
 
 
 def start(env: dict[str, str], *args: str) -> tuple[Proc, str, str | None]:
@@ -183,11 +187,7 @@ async def test_the_listener_comes_back_after_its_backend_is_terminated(
     proc, name, _ = start(env)
     try:
         await wait_until(lambda: _listening(db, name), timeout=30, what="the listener")
-        old = await scalar(
-            db,
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-            f"{LISTENER_APPLICATION_PREFIX}{name}",
-        )
+        [old] = await listener_pids(db, name)
         assert await scalar(db, "SELECT pg_terminate_backend(%s)", old)
         await wait_until(lambda: _new_listener(db, name, old), timeout=30, what="a new listener")
         async with db.connection() as conn:
@@ -201,11 +201,7 @@ async def test_the_listener_comes_back_after_its_backend_is_terminated(
 
 
 async def _new_listener(db: AsyncConnectionPool, name: str, old: int) -> bool:
-    pids = await scalar(
-        db,
-        "SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = %s",
-        f"{LISTENER_APPLICATION_PREFIX}{name}",
-    )
+    pids = await listener_pids(db, name)
     return bool(pids) and old not in pids
 
 
