@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeAlias, overload
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeAlias, overload
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 TaskFn: TypeAlias = Callable[..., Any]
 """An ``async def`` (run on the worker's event loop) or a plain ``def`` (run in a thread)."""
+
+P = ParamSpec("P")
+"""A task's parameters: ``enqueue`` and ``job`` take the same, so mypy checks the calls."""
 
 
 class TaskArgumentsError(PgenoughError, TypeError):
@@ -94,7 +97,7 @@ class EnqueueOptions:
     dedupe_key: str | None = None
 
 
-class Task:
+class Task(Generic[P]):
     """A registered task. Enqueue with ``enqueue``/``enqueue_many`` (or build ``NewJob`` rows
     with ``job``); call it directly to run it in-process, as a plain function."""
 
@@ -147,7 +150,7 @@ class Task:
         delay: timedelta | float | None = None,
         run_at: datetime | None = None,
         dedupe_key: str | None = None,
-    ) -> Task:
+    ) -> Task[P]:
         """This task with other enqueue options for the next calls: ``delay`` (seconds or a
         timedelta from the database's now) or ``run_at`` (an aware datetime), a
         ``dedupe_key`` (no second job while one with this key is ready or running)..."""
@@ -177,8 +180,11 @@ class Task:
         clone.options = replace(self.options, **changes)
         return clone
 
-    def job(self, *args: Any, **kwargs: Any) -> NewJob:
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         """The job that ``enqueue`` would insert for these arguments (checked now)."""
+        return self._job(args, kwargs)
+
+    def _job(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NewJob:
         o = self.options
         return NewJob(
             self.name,
@@ -211,7 +217,7 @@ class Task:
                 )
         return payload
 
-    async def enqueue(self, conn: AnyConn, *args: Any, **kwargs: Any) -> int | None:
+    async def enqueue(self, conn: AnyConn, *args: P.args, **kwargs: P.kwargs) -> int | None:
         """Enqueue one job in the transaction open on ``conn``: its id, or None when its
         ``dedupe_key`` is taken by a job still ready or running."""
         job = self.job(*args, **kwargs)
@@ -240,7 +246,7 @@ class Task:
                     )
                 jobs.append(call)
             elif isinstance(call, Mapping):
-                jobs.append(self.job(**call))
+                jobs.append(self._job((), call))
             else:
                 raise TaskArgumentsError(
                     f"task {self.name!r}: enqueue_many takes mappings of keyword arguments"
@@ -286,7 +292,7 @@ class Task:
 class _TaskHandler:
     """A task bound to a pool: the callable the worker runs, carrying the task's policy."""
 
-    def __init__(self, task: Task, pool: AsyncConnectionPool) -> None:
+    def __init__(self, task: Task[...], pool: AsyncConnectionPool) -> None:
         self.task = task
         self.pool = pool
         self.backoff = task.backoff
@@ -300,7 +306,7 @@ class TaskSchedule:
     """A task enqueued on a schedule. ``periodic`` is checked when declared; its function
     is a placeholder until a worker binds it to its pool."""
 
-    task: Task
+    task: Task[...]
     periodic: PeriodicTask
 
 
@@ -317,13 +323,13 @@ class App:
         queues: Mapping[str, int] | None = None,
         migrations: Sequence[MigrationSet] = (),
     ) -> None:
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, Task[...]] = {}
         self.schedules: list[TaskSchedule] = []
         self.concurrency: dict[str, int] = dict(queues or {})
         self.migrations = list(migrations)
 
     @overload
-    def task(self, fn: TaskFn, /) -> Task: ...
+    def task(self, fn: Callable[P, Any], /) -> Task[P]: ...
 
     @overload
     def task(
@@ -335,8 +341,21 @@ class App:
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
-        pass_context: bool = False,
-    ) -> Callable[[TaskFn], Task]: ...
+        pass_context: Literal[False] = False,
+    ) -> Callable[[Callable[P, Any]], Task[P]]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Backoff | None = None,
+        priority: int = 0,
+        timeout: float | None = None,
+        pass_context: Literal[True],
+    ) -> Callable[[Callable[Concatenate[TaskContext, P], Any]], Task[P]]: ...
 
     def task(
         self,
@@ -349,12 +368,12 @@ class App:
         priority: int = 0,
         timeout: float | None = None,
         pass_context: bool = False,
-    ) -> Task | Callable[[TaskFn], Task]:
+    ) -> Any:
         """Register a task (``@app.task`` or ``@app.task(queue=..., ...)``). Its name, by
         default ``module.function``, is the jobs' ``kind``: renaming it strands queued jobs."""
 
-        def register(f: TaskFn) -> Task:
-            task = Task(
+        def register(f: TaskFn) -> Task[...]:
+            task: Task[...] = Task(
                 f,
                 name=name or f"{_module_name(f)}.{f.__qualname__}",
                 options=EnqueueOptions(queue=queue, priority=priority, max_attempts=max_attempts),
@@ -377,7 +396,7 @@ class App:
         timezone: str = "UTC",
         missed: Missed = "once",
         grace: float = DEFAULT_GRACE,
-    ) -> Callable[[Task], Task]:
+    ) -> Callable[[Task[P]], Task[P]]:
         """Enqueue a task (one taking no required arguments) on a schedule: ``every``
         seconds, or at each tick of a ``cron`` expression in ``timezone`` (``missed`` and
         ``grace`` as for ``Periodic.cron``). Each period or tick is claimed by one worker
@@ -386,7 +405,7 @@ class App:
         if (every is None) == (cron is None):
             raise ValueError("give a schedule: every=SECONDS or cron=EXPRESSION (one of them)")
 
-        def register(task: Task) -> Task:
+        def register(task: Task[P]) -> Task[P]:
             if not isinstance(task, Task):
                 raise TypeError("@app.periodic goes above @app.task")
             task.payload()  # its required arguments would have no value: refuse now

@@ -1,0 +1,62 @@
+"""mypy checks the calls that enqueue a task against the task's own signature."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.procs import ROOT
+
+pytestmark = pytest.mark.slow
+
+USER_CODE = textwrap.dedent(
+    """
+    from typing import Any
+
+    import psycopg
+
+    from pgenough.core import App, TaskContext
+
+    app = App()
+
+
+    @app.task(queue="emails")
+    async def send(order_id: int, to: str, *, urgent: bool = False) -> None: ...
+
+
+    @app.task(pass_context=True)
+    async def charge(ctx: TaskContext, order_id: int) -> None: ...
+
+
+    async def producer(conn: psycopg.AsyncConnection[Any]) -> None:
+        await send.enqueue(conn, 7, "ann@example.com", urgent=True)  # fine
+        await send.using(delay=5).enqueue(conn, order_id=7, to="x")  # fine
+        await charge.enqueue(conn, 7)  # fine: the context is the worker's to pass
+        send.job(7, "x")  # fine
+        await send.enqueue(conn, "seven", "x")  # error: wrong type
+        await send.enqueue(conn, 7)  # error: missing 'to'
+        await send.enqueue(conn, 7, "x", colour="red")  # error: unknown keyword
+        await charge.enqueue(conn, order_id="7")  # error: wrong type
+    """
+)
+
+
+def test_mypy_checks_enqueue_calls_against_the_tasks_signature(tmp_path: Path) -> None:
+    module = tmp_path / "user_tasks.py"
+    module.write_text(USER_CODE)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(module)],
+        cwd=ROOT,  # the project's mypy settings and cache
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    errors = sorted({int(n) for n in re.findall(r"user_tasks\.py:(\d+): error", result.stdout)})
+    expected = [n for n, line in enumerate(USER_CODE.splitlines(), 1) if "# error:" in line]
+    assert len(expected) == 4
+    assert errors == expected, result.stdout + result.stderr
