@@ -1,10 +1,11 @@
 """One LISTEN connection per worker process, shared by the executors of all its queues.
 
-Enqueueing a runnable job notifies channel ``pgenough_jobs`` with the queue's name on commit;
-the notifier wakes the executors of that queue. A connection per queue would cost one
-PostgreSQL backend per queue per process for nothing: a notification names its queue. While
-the connection is down every executor polls; on each (re)connect all are woken once, for
-whatever was enqueued while nobody listened.
+Enqueueing a runnable job notifies ``JOBS_CHANNEL`` with the queue's name on commit; the
+notifier wakes the executors of that queue. A connection per queue would cost one PostgreSQL
+backend per queue per process for nothing: a notification names its queue. The connection is
+a pub/sub ``Subscription``, which pings it and reconnects; while it is down every executor
+polls, and on each (re)connect all are woken once, for whatever was enqueued while nobody
+listened.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from collections import defaultdict
 
 import psycopg
 
-from pgenough.core._sql import load
+from pgenough.core.pubsub import Gap, Subscription
+from pgenough.core.queue import JOBS_CHANNEL
 
 log = logging.getLogger(__name__)
-_Q = load("queue")
 
 LISTENER_APPLICATION_PREFIX = "pgenough-listener:"
 """``application_name`` of listener sessions (``pg_stat_activity`` tells them apart)."""
@@ -39,33 +40,38 @@ class Notifier:
         """Set ``wake`` on every notification for ``queue`` (and on each reconnect)."""
         self._wakes[queue].append(wake)
 
-    def _wake_all(self) -> None:
+    def _up(self) -> None:
+        self.listening.set()
         for events in self._wakes.values():
             for event in events:
                 event.set()
 
+    def _lost(self, reason: str) -> None:
+        self.listening.clear()
+        log.warning("%s: listener lost (%s); reconnecting", self.name, reason)
+
     async def run(self) -> None:
-        """Listen until cancelled; reconnect forever (the executors poll meanwhile)."""
+        """Listen until cancelled. The subscription reconnects by itself once connected;
+        this loop only retries the first connection."""
         delay = 0.1
         while True:
+            subscription = Subscription(
+                self._conninfo,
+                (JOBS_CHANNEL,),
+                ping_interval=self._check_interval,
+                application_name=f"{LISTENER_APPLICATION_PREFIX}{self.name}",
+                on_lost=self._lost,
+            )
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._conninfo,
-                    autocommit=True,
-                    application_name=f"{LISTENER_APPLICATION_PREFIX}{self.name}",
-                )
-                async with conn:
-                    await conn.execute(_Q["listen"])
-                    self.listening.set()
-                    self._wake_all()
-                    delay = 0.1
-                    while True:
-                        async for note in conn.notifies(timeout=self._check_interval):
-                            for event in self._wakes.get(note.payload, ()):
-                                event.set()
-                        await conn.execute("SELECT 1")  # a dead session must not go unnoticed
+                async with subscription:
+                    self._up()
+                    async for item in subscription:
+                        if isinstance(item, Gap):
+                            self._up()
+                            continue
+                        for event in self._wakes.get(item.payload, ()):
+                            event.set()
             except psycopg.OperationalError as exc:
-                self.listening.clear()
-                log.warning("%s: listener lost (%s); reconnecting in %.1fs", self.name, exc, delay)
+                self._lost(str(exc).strip() or type(exc).__name__)
                 await asyncio.sleep(delay)
                 delay = min(5.0, delay * 2)

@@ -26,6 +26,8 @@ from pgenough.core.errors import JobNotFound, LeaseLost
 _Q = load("queue")
 
 DEFAULT_QUEUE = "default"
+JOBS_CHANNEL = "pgenough_jobs"
+"""Notified with a queue's name when it gets runnable work (workers listen here)."""
 DEFAULT_MAX_ATTEMPTS = 20
 JOB_STATES = ("ready", "running", "dead", "cancelled")
 
@@ -123,6 +125,7 @@ async def enqueue(
     cur = await conn.execute(
         _Q["enqueue"],
         {
+            "channel": JOBS_CHANNEL,
             "queue": job.queue,
             "kind": job.kind,
             "payload": Jsonb(job.payload),
@@ -170,7 +173,7 @@ async def enqueue_many(conn: AnyConn, jobs: Iterable[NewJob]) -> int:
                     await copy.write_row(_copy_row(job, now))
                     inserted[job.queue] = inserted.get(job.queue, 0) + 1
         for queue in sorted(inserted):
-            await conn.execute(_Q["notify_queue"], {"queue": queue})
+            await conn.execute(_Q["notify_queue"], {"channel": JOBS_CHANNEL, "queue": queue})
     for queue, n in inserted.items():
         metrics.JOBS_ENQUEUED.labels(queue).inc(n)
     return sum(inserted.values())

@@ -11,7 +11,7 @@ WITH ins AS (
         DO NOTHING
     RETURNING id, queue, run_at
 )
-SELECT id, CASE WHEN run_at <= now() THEN pg_notify('pgenough_jobs', queue) END
+SELECT id, CASE WHEN run_at <= now() THEN pg_notify(%(channel)s, queue) END
 FROM ins
 
 -- name: db_now
@@ -20,7 +20,7 @@ SELECT now()
 
 -- name: notify_queue
 -- Wake idle workers of a queue (on commit).
-SELECT pg_notify('pgenough_jobs', %(queue)s)
+SELECT pg_notify(%(channel)s, %(queue)s)
 
 -- name: copy_jobs
 -- Bulk enqueue without dedupe keys.
@@ -129,10 +129,6 @@ SET state = 'ready',
     worker = NULL,
     last_error = %(error)s
 WHERE id = ANY(%(ids)s::bigint[]) AND worker = %(worker)s AND state = 'running'
-
--- name: listen
--- Workers listen here; the payload is the queue that got runnable work.
-LISTEN pgenough_jobs
 
 -- name: retry_job
 -- Operator: make a dead or cancelled job (or a waiting retry) runnable now. A job whose
