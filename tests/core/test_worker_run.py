@@ -149,7 +149,7 @@ async def test_three_processes_of_five_queues_sweep_once_per_interval(
     try:
         for _, name, _ in procs:
             await wait_until(lambda n=name: _listening(db, n), timeout=30, what="listeners")
-        first = await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")
+        first = await db_second(db)
         await wait_until(
             lambda: _db_second_at_least(db, first + 6), timeout=30, what="six rescue intervals"
         )
@@ -157,7 +157,7 @@ async def test_three_processes_of_five_queues_sweep_once_per_interval(
         assert all(urls)
         claims = [metric(u, "pgenough_periodic_claims_total", task="pgenough.rescue") for u in urls]  # type: ignore[arg-type]
         runs = [metric(u, "pgenough_periodic_runs_total", task="pgenough.rescue") for u in urls]  # type: ignore[arg-type]
-        last = await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")
+        last = await db_second(db)
         # ONE set of duties per process: each tried each period once, not once per queue.
         # Every process ran since before `first`: at least the six periods, at most the ones
         # from its start-up (within the 60 s start budget) on.
@@ -176,8 +176,13 @@ async def test_three_processes_of_five_queues_sweep_once_per_interval(
     assert codes == [0, 0, 0]
 
 
+async def db_second(db: AsyncConnectionPool) -> int:
+    """The database clock's current second (periods are counted by it)."""
+    return int(await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint"))
+
+
 async def _db_second_at_least(db: AsyncConnectionPool, second: int) -> bool:
-    return int(await scalar(db, "SELECT floor(extract(epoch FROM now()))::bigint")) >= second
+    return await db_second(db) >= second
 
 
 async def test_the_listener_comes_back_after_its_backend_is_terminated(
