@@ -302,6 +302,11 @@ async def test_until_idle_drains_the_queues_and_exits_zero(
         (["nosuch.tasks:app"], 2, "cannot import 'nosuch.tasks': no module named 'nosuch'"),
         (["tests.helpers.taskapp:missing"], 2, "has no attribute 'missing'"),
         (["tests.helpers.taskapp:not_an_app"], 2, "is a object, not a pgenough App"),
+        (
+            ["tests.helpers.broken_taskapp:app"],
+            2,
+            "importing 'tests.helpers.broken_taskapp' failed: RuntimeError: SMTP_HOST is not set",
+        ),
         ([SPEC, "--queue", "emails=0"], 2, "the concurrency must be 1 to 10000"),
         ([SPEC, "--queue", "emails", "--queue", "emails"], 2, "give each queue once"),
     ],
@@ -312,6 +317,7 @@ def test_usage_errors_are_one_line_and_exit_2(
     done = run_pgenough(worker_env, "worker", "run", *args)
     assert done.returncode == code, done.stderr
     assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr
 
 
