@@ -58,6 +58,7 @@ from pgenough.core import (
     repair,
     schema_version,
 )
+from pgenough.core.statements import AsyncConn
 from pgenough.httpserver import ListenError, listen
 from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.settings import ConfigFileError, Settings
@@ -756,11 +757,8 @@ JsonOption = Annotated[
 ]
 
 
-AnyConn = psycopg.AsyncConnection[Any]
-
-
 async def _on_connection(
-    settings: Settings, name: str, action: Callable[[AnyConn], Awaitable[T]]
+    settings: Settings, name: str, action: Callable[[AsyncConn], Awaitable[T]]
 ) -> T:
     """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
     about a database without pgenough's tables into what the operator should do."""
@@ -783,7 +781,7 @@ async def _on_connection(
         await pool.close()
 
 
-def _inspect(name: str, action: Callable[[AnyConn], Awaitable[T]]) -> T:
+def _inspect(name: str, action: Callable[[AsyncConn], Awaitable[T]]) -> T:
     settings = _settings()
     _setup_logging(settings)
     return _run(lambda: _on_connection(settings, f"pgenough-{name}", action))
@@ -875,7 +873,7 @@ def failures_cmd(
     with _needs_service():
         from pgenough.plans import inspect
 
-    async def both(conn: AnyConn) -> dict[str, Any]:
+    async def both(conn: AsyncConn) -> dict[str, Any]:
         return {
             "window": inspect.DEFAULT_WINDOW,
             "jobs": await inspect.failed_jobs(conn, queue=queue, limit=limit),

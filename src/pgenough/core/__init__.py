@@ -13,7 +13,7 @@ from pgenough.core.errors import (
     PgenoughError,
     RetryIn,
 )
-from pgenough.core.locks import Lock, advisory_lock, lock_key
+from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
 from pgenough.core.maintenance import (
     CleanResult,
@@ -44,6 +44,7 @@ from pgenough.core.queue import (
 )
 from pgenough.core.retry import Backoff
 from pgenough.core.schedule import Cron, Interval, Schedule, Tick
+from pgenough.core.statements import AnyConnection
 from pgenough.core.tasks import (
     App,
     AppNotFound,
@@ -59,6 +60,7 @@ from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
 # Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
 # one constant first.
 __all__ = [  # noqa: RUF022
+    "AnyConnection",
     "App",
     "AppNotFound",
     "Backoff",
@@ -91,6 +93,7 @@ __all__ = [  # noqa: RUF022
     "RetryIn",
     "Schedule",
     "Subscription",
+    "SyncLock",
     "Task",
     "TaskArgumentsError",
     "TaskContext",
@@ -100,6 +103,7 @@ __all__ = [  # noqa: RUF022
     "WorkerConfig",
     "WorkerStats",
     "advisory_lock",
+    "advisory_xact_lock",
     "bind_log_context",
     "cancel_job",
     "clean",

@@ -11,12 +11,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
 from pgenough.core.periodic import Periodic
+from pgenough.core.statements import Atomic, Plan, Query, Result, dual
 
 log = logging.getLogger(__name__)
 _Q = load("maintenance")
@@ -59,13 +59,11 @@ class CleanResult:
     messages_deleted: int
 
 
-async def _batched(
-    conn: psycopg.AsyncConnection[Any],
-    query: LiteralString,
-    params: dict[str, Any],
-    timeout: float,
-) -> tuple[int, list[tuple[Any, ...]]]:
-    """Run a ``LIMIT``-batched statement until a batch comes back short.
+def _batched(
+    query: LiteralString, params: dict[str, Any], timeout: float
+) -> Plan[tuple[int, list[tuple[Any, ...]]]]:
+    """Run a ``LIMIT``-batched statement until a batch comes back short, each batch in its
+    own transaction under a statement timeout.
 
     Returns the rows affected and the rows returned, over all batches.
     """
@@ -73,22 +71,24 @@ async def _batched(
     rows: list[tuple[Any, ...]] = []
     limit = int(params["limit"])
     while True:
-        async with conn.transaction():
-            await conn.execute(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
-            cur = await conn.execute(query, params)
-            if cur.description is not None:
-                rows.extend(await cur.fetchall())
-        affected += cur.rowcount
-        if cur.rowcount < limit:
+        result: Result = yield Atomic(_timed(query, params, timeout))
+        rows.extend(result.rows)
+        affected += result.rowcount
+        if result.rowcount < limit:
             return affected, rows
 
 
-async def rescue_expired(
-    conn: psycopg.AsyncConnection[Any], config: MaintenanceConfig = MaintenanceConfig()
-) -> RescueResult:
+def _timed(query: LiteralString, params: dict[str, Any], timeout: float) -> Plan[Result]:
+    yield Query(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
+    result: Result = yield Query(query, params)
+    return result
+
+
+@dual
+def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[RescueResult]:
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
-    _, rows = await _batched(
-        conn, _Q["rescue_expired"], {"limit": config.batch}, config.statement_timeout
+    _, rows = yield from _batched(
+        _Q["rescue_expired"], {"limit": config.batch}, config.statement_timeout
     )
     retried = dead = 0
     for _id, queue, state in rows:
@@ -103,18 +103,15 @@ async def rescue_expired(
     return RescueResult(retried=retried, dead=dead)
 
 
-async def clean(
-    conn: psycopg.AsyncConnection[Any], config: MaintenanceConfig = MaintenanceConfig()
-) -> CleanResult:
+@dual
+def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[CleanResult]:
     """Delete dead/cancelled jobs and stored messages past their retention."""
-    jobs, _ = await _batched(
-        conn,
+    jobs, _ = yield from _batched(
         _Q["delete_finished"],
         {"retention": config.dead_retention, "limit": config.batch},
         config.statement_timeout,
     )
-    messages, _ = await _batched(
-        conn,
+    messages, _ = yield from _batched(
         _Q["delete_old_messages"],
         {"retention": config.message_retention, "limit": config.batch},
         config.statement_timeout,

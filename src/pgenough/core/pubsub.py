@@ -23,6 +23,7 @@ from psycopg import sql
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
+from pgenough.core.statements import Plan, Query, dual
 
 log = logging.getLogger(__name__)
 _Q = load("pubsub")
@@ -53,14 +54,15 @@ class Gap:
     reason: str
 
 
-async def publish(conn: psycopg.AsyncConnection[Any], channel: str, payload: str) -> None:
+@dual
+def publish(channel: str, payload: str) -> Plan[None]:
     """Publish ``payload`` on ``channel`` in the transaction open on ``conn``."""
     if not channel:
         raise ValueError("channel must not be empty")
     if len(payload.encode("utf-8")) < MAX_INLINE_BYTES and not payload.startswith(REF_PREFIX):
-        await conn.execute(_Q["notify"], {"channel": channel, "payload": payload})
+        yield Query(_Q["notify"], {"channel": channel, "payload": payload})
     else:
-        await conn.execute(
+        yield Query(
             _Q["publish_stored"], {"channel": channel, "payload": payload, "prefix": REF_PREFIX}
         )
     metrics.PUBSUB_PUBLISHED.labels(channel).inc()

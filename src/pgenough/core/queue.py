@@ -1,8 +1,9 @@
 """The work queue: jobs, enqueue, completion, and the operator's retry and cancel.
 
-Every operation takes the caller's connection, so it joins whatever transaction is open on
-it: a job exists iff the transaction that enqueued it commits, and a handler that completes
-its job in the transaction holding its own writes has exactly-once database effects.
+Every operation takes the caller's connection, sync or async (``statements.py``), so it
+joins whatever transaction is open on it: a job exists iff the transaction that enqueued it
+commits, and a handler that completes its job in the transaction holding its own writes has
+exactly-once database effects.
 Claiming, heartbeats and failure bookkeeping live in ``worker.py``; the SQL of all of them is
 in ``sql/queue.sql``.
 """
@@ -13,15 +14,14 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any
 
-import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
 from pgenough.core.errors import JobNotFound, LeaseLost
+from pgenough.core.statements import Atomic, Copy, Plan, Query, dual
 
 _Q = load("queue")
 
@@ -30,8 +30,6 @@ JOBS_CHANNEL = "pgenough_jobs"
 """Notified with a queue's name when it gets runnable work (workers listen here)."""
 DEFAULT_MAX_ATTEMPTS = 20
 JOB_STATES = ("ready", "running", "dead", "cancelled")
-
-AnyConn: TypeAlias = psycopg.AsyncConnection[Any]
 
 
 @dataclass(frozen=True)
@@ -105,8 +103,8 @@ class QueueStats:
     """Seconds the oldest runnable job has been waiting; 0 when none is."""
 
 
-async def enqueue(
-    conn: AnyConn,
+@dual
+def enqueue(
     kind: str,
     payload: Any = None,
     *,
@@ -115,14 +113,19 @@ async def enqueue(
     run_at: datetime | timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     dedupe_key: str | None = None,
-) -> int | None:
+) -> Plan[int | None]:
     """Enqueue one job in the transaction open on ``conn``; return its id.
 
     Returns None when ``dedupe_key`` matches a job of the same queue that is still ready or
     running. Idle workers of the queue are woken when the transaction commits.
     """
     job = NewJob(kind, payload, queue, priority, run_at, max_attempts, dedupe_key)
-    cur = await conn.execute(
+    return (yield from enqueue_job(job))
+
+
+def enqueue_job(job: NewJob) -> Plan[int | None]:
+    """The plan of ``enqueue`` for a built job (what ``Task.enqueue`` runs)."""
+    result = yield Query(
         _Q["enqueue"],
         {
             "channel": JOBS_CHANNEL,
@@ -136,14 +139,14 @@ async def enqueue(
             "dedupe_key": job.dedupe_key,
         },
     )
-    row = await cur.fetchone()
-    if row is None:
+    if not result.rows:
         return None
-    metrics.JOBS_ENQUEUED.labels(queue).inc()
-    return int(row[0])
+    metrics.JOBS_ENQUEUED.labels(job.queue).inc()
+    return int(result.rows[0][0])
 
 
-async def enqueue_many(conn: AnyConn, jobs: Iterable[NewJob]) -> int:
+@dual
+def enqueue_many(jobs: Iterable[NewJob]) -> Plan[int]:
     """Enqueue many jobs with COPY in the transaction open on ``conn``.
 
     Returns how many were inserted: jobs whose dedupe key is taken by a live job, or by an
@@ -152,31 +155,30 @@ async def enqueue_many(conn: AnyConn, jobs: Iterable[NewJob]) -> int:
     batch = list(jobs)
     if not batch:
         return 0
-    cur = await conn.execute(_Q["db_now"])
-    now_row = await cur.fetchone()
-    assert now_row is not None
-    now: datetime = now_row[0]
-    inserted: dict[str, int] = {}
-    async with conn.transaction():
-        if any(j.dedupe_key is not None for j in batch):
-            await conn.execute(_Q["create_enqueue_staging"])
-            await conn.execute(_Q["truncate_enqueue_staging"])
-            async with conn.cursor().copy(_Q["copy_enqueue_staging"]) as copy:
-                for n, job in enumerate(batch):
-                    await copy.write_row((n, *_copy_row(job, now)))
-            cur = await conn.execute(_Q["insert_from_staging"])
-            for (queue,) in await cur.fetchall():
-                inserted[queue] = inserted.get(queue, 0) + 1
-        else:
-            async with conn.cursor().copy(_Q["copy_jobs"]) as copy:
-                for job in batch:
-                    await copy.write_row(_copy_row(job, now))
-                    inserted[job.queue] = inserted.get(job.queue, 0) + 1
-        for queue in sorted(inserted):
-            await conn.execute(_Q["notify_queue"], {"channel": JOBS_CHANNEL, "queue": queue})
+    inserted: dict[str, int] = yield Atomic(_insert_many(batch))
     for queue, n in inserted.items():
         metrics.JOBS_ENQUEUED.labels(queue).inc(n)
     return sum(inserted.values())
+
+
+def _insert_many(batch: list[NewJob]) -> Plan[dict[str, int]]:
+    now: datetime = (yield Query(_Q["db_now"])).rows[0][0]
+    inserted: dict[str, int] = {}
+    if any(j.dedupe_key is not None for j in batch):
+        yield Query(_Q["create_enqueue_staging"])
+        yield Query(_Q["truncate_enqueue_staging"])
+        yield Copy(
+            _Q["copy_enqueue_staging"], ((n, *_copy_row(job, now)) for n, job in enumerate(batch))
+        )
+        for (queue,) in (yield Query(_Q["insert_from_staging"])).rows:
+            inserted[queue] = inserted.get(queue, 0) + 1
+    else:
+        yield Copy(_Q["copy_jobs"], (_copy_row(job, now) for job in batch))
+        for job in batch:
+            inserted[job.queue] = inserted.get(job.queue, 0) + 1
+    for queue in sorted(inserted):
+        yield Query(_Q["notify_queue"], {"channel": JOBS_CHANNEL, "queue": queue})
+    return inserted
 
 
 def _copy_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
@@ -192,55 +194,58 @@ def _copy_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
     )
 
 
-async def complete(conn: AnyConn, job: Job) -> None:
+@dual
+def complete(job: Job) -> Plan[None]:
     """Complete ``job`` in the transaction open on ``conn``.
 
     Call it in the same transaction as the handler's own writes: they then commit together,
     exactly once. Raises ``LeaseLost`` (roll back!) when the job is no longer this claim -
     its lease expired and it was reclaimed, or an operator cancelled it.
     """
-    cur = await conn.execute(_Q["complete"], {"id": job.id, "attempts": job.attempts})
-    if await cur.fetchone() is None:
+    result = yield Query(_Q["complete"], {"id": job.id, "attempts": job.attempts})
+    if not result.rows:
         raise LeaseLost(job.id)
 
 
-async def retry_job(conn: AnyConn, job_id: int) -> None:
+@dual
+def retry_job(job_id: int) -> Plan[None]:
     """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
-    cur = await conn.execute(_Q["retry_job"], {"id": job_id})
-    if await cur.fetchone() is None:
+    result = yield Query(_Q["retry_job"], {"id": job_id})
+    if not result.rows:
         raise JobNotFound(job_id, "retry")
 
 
-async def retry_dead(conn: AnyConn, queue: str | None = None) -> int:
+@dual
+def retry_dead(queue: str | None = None) -> Plan[int]:
     """Make every dead job of ``queue`` (all queues when None) runnable now; return how many."""
-    cur = await conn.execute(_Q["retry_dead"], {"queue": queue})
-    return len(await cur.fetchall())
+    result = yield Query(_Q["retry_dead"], {"queue": queue})
+    return len(result.rows)
 
 
-async def cancel_job(conn: AnyConn, job_id: int) -> None:
+@dual
+def cancel_job(job_id: int) -> Plan[None]:
     """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
-    cur = await conn.execute(_Q["cancel_job"], {"id": job_id})
-    if await cur.fetchone() is None:
+    result = yield Query(_Q["cancel_job"], {"id": job_id})
+    if not result.rows:
         raise JobNotFound(job_id, "cancel")
 
 
-async def get_job(conn: AnyConn, job_id: int) -> JobRecord | None:
+@dual
+def get_job(job_id: int) -> Plan[JobRecord | None]:
     """The job's row, or None when it does not exist (completed jobs are deleted)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_Q["get_job"], {"id": job_id})
-        row = await cur.fetchone()
-    return JobRecord(**row) if row else None
+    result = yield Query(_Q["get_job"], {"id": job_id}, dicts=True)
+    return JobRecord(**result.rows[0]) if result.rows else None
 
 
-async def list_jobs(
-    conn: AnyConn,
+@dual
+def list_jobs(
     *,
     state: str | None = None,
     queue: str | None = None,
     failing: bool = False,
     limit: int = 100,
     before: int | None = None,
-) -> list[JobRecord]:
+) -> Plan[list[JobRecord]]:
     """Jobs newest first: of one ``state`` (ready, running, dead, cancelled) or all, of one
     ``queue`` or all; ``failing`` keeps those whose last attempt raised - dead, or waiting to
     retry. Page with ``before``: the smallest id of the previous page."""
@@ -255,24 +260,22 @@ async def list_jobs(
         "limit": limit,
         "before": before,
     }
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_Q["list_jobs"], params)
-        rows = await cur.fetchall()
-    return [JobRecord(**row) for row in rows]
+    result = yield Query(_Q["list_jobs"], params, dicts=True)
+    return [JobRecord(**row) for row in result.rows]
 
 
-async def queue_stats(conn: AnyConn) -> list[QueueStats]:
+@dual
+def queue_stats() -> Plan[list[QueueStats]]:
     """Per-queue depth by state and the age of the oldest runnable job."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(_Q["stats"])
-        rows = await cur.fetchall()
-    return [QueueStats(**row) for row in rows]
+    result = yield Query(_Q["stats"], dicts=True)
+    return [QueueStats(**row) for row in result.rows]
 
 
-async def refresh_queue_metrics(conn: AnyConn) -> list[QueueStats]:
+@dual
+def refresh_queue_metrics() -> Plan[list[QueueStats]]:
     """``queue_stats`` into the depth gauges (workers call it every ``stats_interval``, the
     API each time it is scraped)."""
-    stats = await queue_stats(conn)
+    stats = yield from queue_stats.plan()
     metrics.set_queue_stats(stats)
     return stats
 

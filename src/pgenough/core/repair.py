@@ -1,47 +1,50 @@
-"""The operator's repairs, each in one transaction, returning what changed: what
-``pgenough retry``, ``discard`` and ``requeue-stuck`` and the dashboard's buttons run."""
+"""The operator's repairs, each all-or-nothing, returning what changed: what ``pgenough
+retry``, ``discard`` and ``requeue-stuck`` and the dashboard's buttons run. Like every
+producer-side call they take a sync or an async connection (``statements.py``)."""
 
 from __future__ import annotations
 
 from pgenough.core.maintenance import RescueResult, rescue_expired
 from pgenough.core.queue import (
-    AnyConn,
     JobRecord,
     cancel_job,
     get_job,
     retry_dead,
     retry_job,
 )
+from pgenough.core.statements import Atomic, Plan, dual
 
 
-async def retry(conn: AnyConn, job_id: int) -> JobRecord:
+@dual
+def retry(job_id: int) -> Plan[JobRecord]:
     """Make a dead, cancelled or waiting job runnable now (``core.retry_job``)."""
-    async with conn.transaction():
-        await retry_job(conn, job_id)
-        return await _job(conn, job_id)
+    job: JobRecord = yield Atomic(_then_get(retry_job.plan(job_id), job_id))
+    return job
 
 
-async def retry_all_dead(conn: AnyConn, queue: str | None = None) -> int:
+@dual
+def retry_all_dead(queue: str | None = None) -> Plan[int]:
     """Every dead job (of ``queue``) runnable now (``core.retry_dead``); how many."""
-    async with conn.transaction():
-        return await retry_dead(conn, queue)
+    return (yield from retry_dead.plan(queue))
 
 
-async def discard(conn: AnyConn, job_id: int) -> JobRecord:
+@dual
+def discard(job_id: int) -> Plan[JobRecord]:
     """Cancel a job that has not finished (``core.cancel_job``); it stays visible as
     ``cancelled`` until the cleaner removes it, and can still be retried until then."""
-    async with conn.transaction():
-        await cancel_job(conn, job_id)
-        return await _job(conn, job_id)
+    job: JobRecord = yield Atomic(_then_get(cancel_job.plan(job_id), job_id))
+    return job
 
 
-async def requeue_stuck(conn: AnyConn) -> RescueResult:
+@dual
+def requeue_stuck() -> Plan[RescueResult]:
     """Take back now every claim whose lease expired, as the rescuer would on its next
     round (``core.rescue_expired``): retried, or dead when its attempts are spent."""
-    return await rescue_expired(conn)
+    return (yield from rescue_expired.plan())
 
 
-async def _job(conn: AnyConn, job_id: int) -> JobRecord:
-    job = await get_job(conn, job_id)
+def _then_get(change: Plan[None], job_id: int) -> Plan[JobRecord]:
+    yield from change
+    job = yield from get_job.plan(job_id)
     assert job is not None  # just changed in this transaction
     return job

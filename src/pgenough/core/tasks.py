@@ -30,12 +30,13 @@ import inspect
 import logging
 import math
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeAlias, overload
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core.errors import GiveUp, PgenoughError
@@ -44,14 +45,14 @@ from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.queue import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
-    AnyConn,
     Job,
     NewJob,
-    enqueue,
+    enqueue_job,
     enqueue_many,
 )
 from pgenough.core.retry import Backoff
 from pgenough.core.schedule import DEFAULT_GRACE, Cron, Interval, Missed, Schedule
+from pgenough.core.statements import AnyConnection, run
 from pgenough.core.worker import Handler, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
@@ -217,22 +218,33 @@ class Task(Generic[P]):
                 )
         return payload
 
-    async def enqueue(self, conn: AnyConn, *args: P.args, **kwargs: P.kwargs) -> int | None:
-        """Enqueue one job in the transaction open on ``conn``: its id, or None when its
-        ``dedupe_key`` is taken by a job still ready or running."""
-        job = self.job(*args, **kwargs)
-        return await enqueue(
-            conn,
-            job.kind,
-            job.payload,
-            queue=job.queue,
-            priority=job.priority,
-            run_at=job.run_at,
-            max_attempts=job.max_attempts,
-            dedupe_key=job.dedupe_key,
-        )
+    @overload
+    def enqueue(
+        self, conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, int | None]: ...
 
-    async def enqueue_many(self, conn: AnyConn, calls: Iterable[Mapping[str, Any] | NewJob]) -> int:
+    @overload
+    def enqueue(
+        self, conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> int | None: ...
+
+    def enqueue(self, conn: AnyConnection, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Enqueue one job in the transaction open on ``conn`` (sync: runs now; async:
+        await it): its id, or None when its ``dedupe_key`` is taken by a job still ready or
+        running. The arguments are checked at the call, before any statement."""
+        return run(conn, enqueue_job(self.job(*args, **kwargs)))
+
+    @overload
+    def enqueue_many(
+        self, conn: psycopg.AsyncConnection[Any], calls: Iterable[Mapping[str, Any] | NewJob]
+    ) -> Coroutine[Any, Any, int]: ...
+
+    @overload
+    def enqueue_many(
+        self, conn: psycopg.Connection[Any], calls: Iterable[Mapping[str, Any] | NewJob]
+    ) -> int: ...
+
+    def enqueue_many(self, conn: AnyConnection, calls: Iterable[Mapping[str, Any] | NewJob]) -> Any:
         """Enqueue one job per call, with COPY, in the transaction open on ``conn``; return
         how many were inserted. A call is a mapping of keyword arguments, or a ``NewJob``
         from ``task.using(...).job(...)`` for per-job options. Every call is checked before
@@ -252,7 +264,7 @@ class Task(Generic[P]):
                     f"task {self.name!r}: enqueue_many takes mappings of keyword arguments"
                     f" or NewJob rows, not {type(call).__name__}"
                 )
-        return await enqueue_many(conn, jobs)
+        return enqueue_many(conn, jobs)
 
     # -- running -----------------------------------------------------------------------------
 

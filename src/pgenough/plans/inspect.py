@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg.rows import class_row, dict_row
 
 from pgenough.core import (
@@ -29,12 +28,12 @@ from pgenough.core import (
     named_queries,
     queue_stats,
 )
+from pgenough.core.statements import AsyncConn
 from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.plans.process import CHUNK_KIND, PLANS_QUEUE
 
 _Q = named_queries("pgenough.plans", "inspect")
 
-AnyConn = psycopg.AsyncConnection[Any]
 
 DEFAULT_WINDOW = 3600.0
 ROW_FAILURES_SHOWN = 100
@@ -138,7 +137,7 @@ class RunDetail(RunSummary):
     """Chunk jobs still queued: waiting, running, retrying, dead or cancelled."""
 
 
-async def overview(conn: AnyConn, window: float = DEFAULT_WINDOW) -> Overview:
+async def overview(conn: AsyncConn, window: float = DEFAULT_WINDOW) -> Overview:
     """Providers, queues, failures and throughput over the last ``window`` seconds."""
     params = {"window": window}
     names = await provider_names(conn)
@@ -156,14 +155,14 @@ async def overview(conn: AnyConn, window: float = DEFAULT_WINDOW) -> Overview:
     return Overview(at, window, providers, await queue_stats(conn), Failures(**row), throughput)
 
 
-async def provider_names(conn: AnyConn) -> list[str]:
+async def provider_names(conn: AsyncConn) -> list[str]:
     """Every provider that has at least one run, in name order."""
     cur = await conn.execute(_Q["provider_names"])
     return [str(row[0]) for row in await cur.fetchall()]
 
 
 async def list_runs(
-    conn: AnyConn,
+    conn: AsyncConn,
     *,
     status: str | None = None,
     provider: str | None = None,
@@ -187,7 +186,7 @@ async def list_runs(
 
 
 async def failed_runs(
-    conn: AnyConn, *, window: float = DEFAULT_WINDOW, limit: int = 50
+    conn: AsyncConn, *, window: float = DEFAULT_WINDOW, limit: int = 50
 ) -> list[RunSummary]:
     """Runs that failed in the last ``window`` seconds, the most recent failure first."""
     if limit < 1:
@@ -197,7 +196,7 @@ async def failed_runs(
         return await cur.fetchall()
 
 
-async def get_run(conn: AnyConn, run_id: int) -> RunDetail | None:
+async def get_run(conn: AsyncConn, run_id: int) -> RunDetail | None:
     """One run with its attempts, skipped samples, failed rows and queued chunk jobs."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(_Q["run_detail"], {"id": run_id})
@@ -233,7 +232,7 @@ def chunk_run(job: JobRecord) -> int | None:
 
 
 async def failed_jobs(
-    conn: AnyConn, *, queue: str | None = None, limit: int = 100
+    conn: AsyncConn, *, queue: str | None = None, limit: int = 100
 ) -> list[JobRecord]:
     """Jobs whose last attempt failed: dead ones, and those waiting to retry."""
     return await list_jobs(conn, queue=queue, failing=True, limit=limit)

@@ -24,7 +24,7 @@ from pgenough.core import (
     named_queries,
 )
 from pgenough.core import publish as publish_message
-from pgenough.core.queue import AnyConn
+from pgenough.core.statements import AsyncConn
 from pgenough.plans import metrics, store
 from pgenough.plans.events import run_changed
 
@@ -83,7 +83,7 @@ async def reap_stale_runs(ctx: TaskContext, stale_after: float = DEFAULT_STALE_A
         await fail_stale_runs(conn, stale_after)
 
 
-async def fail_stale_runs(conn: AnyConn, stale_after: float = DEFAULT_STALE_AFTER) -> list[int]:
+async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AFTER) -> list[int]:
     """The reaper: fail RUNNING runs whose worker stopped heartbeating; drop their staging."""
     async with conn.transaction():
         cur = await conn.execute(_Q["fail_stale_runs"], {"stale_after": stale_after})
@@ -101,7 +101,7 @@ async def fail_stale_runs(conn: AnyConn, stale_after: float = DEFAULT_STALE_AFTE
     return failed
 
 
-async def _finish_run(conn: AnyConn, run_id: int, provider: str) -> None:
+async def _finish_run(conn: AsyncConn, run_id: int, provider: str) -> None:
     cur = await conn.execute(_Q["mark_processed"], {"id": run_id})
     row = await cur.fetchone()
     await store.drop_staging(conn, run_id)

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from pgenough.core import MigrationSet, named_queries
+from pgenough.core.statements import AsyncConn
 from pgenough.plans.feed import PlanRecord
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,7 @@ def _q(name: str, run_id: int) -> sql.Composed:
     return sql.SQL(_Q[name]).format(staging=staging_table(run_id))
 
 
-AnyConn = psycopg.AsyncConnection[Any]
-
-
-async def create_staging(conn: AnyConn, run_id: int, provider: str) -> None:
+async def create_staging(conn: AsyncConn, run_id: int, provider: str) -> None:
     await conn.execute(
         sql.SQL(_Q["create_staging"]).format(
             staging=staging_table(run_id), provider=sql.Literal(provider)
@@ -63,19 +61,19 @@ async def create_staging(conn: AnyConn, run_id: int, provider: str) -> None:
     )
 
 
-async def analyze_staging(conn: AnyConn, run_id: int) -> None:
+async def analyze_staging(conn: AsyncConn, run_id: int) -> None:
     await conn.execute(_q("analyze_staging", run_id))
 
 
-async def truncate_staging(conn: AnyConn, run_id: int) -> None:
+async def truncate_staging(conn: AsyncConn, run_id: int) -> None:
     await conn.execute(_q("truncate_staging", run_id))
 
 
-async def drop_staging(conn: AnyConn, run_id: int) -> None:
+async def drop_staging(conn: AsyncConn, run_id: int) -> None:
     await conn.execute(_q("drop_staging", run_id))
 
 
-async def merge_duplicates(conn: AnyConn, run_id: int) -> int:
+async def merge_duplicates(conn: AsyncConn, run_id: int) -> int:
     """Make each plan the snapshot lists more than once one staged row: its last listing,
     online if any listing was (``merge_duplicates`` in ``sql/store.sql``). Call before the
     seal, before ``chunk_ranges``. Returns how many listings repeated a plan listed earlier
@@ -98,7 +96,7 @@ class StagingWriter:
     def reset(self) -> None:
         self.seq = 0
 
-    async def write(self, conn: AnyConn, records: Iterable[PlanRecord]) -> int:
+    async def write(self, conn: AsyncConn, records: Iterable[PlanRecord]) -> int:
         """COPY ``records`` (in one statement, committed with the connection's transaction)."""
         n = 0
         async with conn.cursor().copy(_q("copy_staging", self.run_id)) as copy:
@@ -126,7 +124,7 @@ class StagingWriter:
 
 
 async def chunk_ranges(
-    conn: AnyConn, run_id: int, pages_per_chunk: int = DEFAULT_CHUNK_PAGES
+    conn: AsyncConn, run_id: int, pages_per_chunk: int = DEFAULT_CHUNK_PAGES
 ) -> list[tuple[str, str]]:
     """Page ranges ``[lo, hi)`` (as TIDs) covering the staging table."""
     cur = await conn.execute(
@@ -152,7 +150,7 @@ class ChunkResult:
 
 
 async def apply_chunk(
-    conn: AnyConn,
+    conn: AsyncConn,
     *,
     run_id: int,
     provider: str,
@@ -186,7 +184,7 @@ async def apply_chunk(
     return await _bisect(conn, params, int(bounds[0]), int(bounds[1]))
 
 
-async def _apply(conn: AnyConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
+async def _apply(conn: AsyncConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
     cur = await conn.execute(
         _q("apply_rows", params["run_id"]), {**params, "seq_lo": seq_lo, "seq_hi": seq_hi}
     )
@@ -195,7 +193,7 @@ async def _apply(conn: AnyConn, params: dict[str, Any], seq_lo: int, seq_hi: int
     return ChunkResult(rows=int(row[0]), written=int(row[1]), failed=0)
 
 
-async def _bisect(conn: AnyConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
+async def _bisect(conn: AsyncConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
     try:
         async with conn.transaction():
             return await _apply(conn, params, seq_lo, seq_hi)
@@ -214,7 +212,7 @@ async def _bisect(conn: AnyConn, params: dict[str, Any], seq_lo: int, seq_hi: in
 
 
 async def _record_failure(
-    conn: AnyConn, params: dict[str, Any], seq: int, exc: psycopg.DatabaseError
+    conn: AsyncConn, params: dict[str, Any], seq: int, exc: psycopg.DatabaseError
 ) -> None:
     run_id = params["run_id"]
     cur = await conn.execute(

@@ -1,0 +1,3 @@
+-- name: begin
+-- Any statement: in non-autocommit mode psycopg opens the transaction before it.
+SELECT 1

@@ -1,0 +1,217 @@
+"""The core's producer-side calls, written once, run on a sync or an async psycopg connection.
+
+Most applications enqueue from synchronous code (Django, Flask, SQLAlchemy sessions), many
+from async code; both should get the same behaviour, not two implementations that drift. So
+each call is a *plan*: a generator that yields the statements to run (``Query``, ``Copy``,
+``Atomic``) and receives their results, with no I/O of its own, as psycopg's own protocol
+code is written. ``dual`` turns a plan into a function taking the connection first::
+
+    @dual
+    def retry_job(job_id: int) -> Plan[None]: ...
+
+    retry_job(sync_conn, 7)          # runs now
+    await retry_job(async_conn, 7)   # a coroutine
+
+The connection is the caller's, with its transaction: nothing here commits or rolls back a
+transaction the caller opened (see ``_needs_begin``). Cursors are created here with the core's own
+JSON loaders, because an ORM configures its connections for itself (Django loads jsonb as
+text).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, LiteralString, ParamSpec, TypeAlias, TypeVar, overload
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row, tuple_row
+from psycopg.types.json import JsonbLoader, JsonLoader
+
+from pgenough.core._sql import load
+
+_BEGIN = load("statements")["begin"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+AnyConnection: TypeAlias = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+"""What every producer-side call accepts: the caller's connection, sync or async."""
+AsyncConn: TypeAlias = psycopg.AsyncConnection[Any]
+"""What async-only code takes (the worker's side, the plan service)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    rows: list[Any]
+    """Tuples, or dicts for a ``Query(..., dicts=True)``; empty for a statement without rows."""
+    rowcount: int
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: LiteralString
+    params: Mapping[str, Any] | None = None
+    dicts: bool = False
+
+
+@dataclass(frozen=True)
+class Copy:
+    sql: LiteralString
+    rows: Iterable[Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Atomic:
+    """Run a nested plan all-or-nothing, without ending the caller's transaction."""
+
+    plan: Plan[Any]
+
+
+Step: TypeAlias = Query | Copy | Atomic
+Plan: TypeAlias = Generator[Step, Any, T]
+"""Yields steps; each ``Query`` is answered with a ``Result``, each ``Atomic`` with its
+plan's value, each ``Copy`` with None."""
+
+
+def not_a_connection(conn: object) -> TypeError:
+    return TypeError(
+        f"pgenough needs a psycopg connection (psycopg.Connection or AsyncConnection), not"
+        f" {type(conn).__name__}; from an ORM, see pgenough.core.orm"
+    )
+
+
+class Dual(Generic[P, T]):
+    """A plan as a function of the connection: runs at once on a sync connection, returns a
+    coroutine on an async one (see the module docstring)."""
+
+    def __init__(self, plan: Callable[P, Plan[T]]) -> None:
+        self.plan = plan
+        functools.update_wrapper(self, plan)
+        params = list(inspect.signature(plan).parameters.values())
+        conn = inspect.Parameter(
+            "conn", inspect.Parameter.POSITIONAL_ONLY, annotation="AnyConnection"
+        )
+        self.__signature__ = inspect.signature(plan).replace(parameters=[conn, *params])
+
+    @overload
+    def __call__(
+        self, conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, T]: ...
+
+    @overload
+    def __call__(
+        self, conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    def __call__(self, conn: AnyConnection, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        return run(conn, self.plan(*args, **kwargs))
+
+
+def dual(plan: Callable[P, Plan[T]]) -> Dual[P, T]:
+    return Dual(plan)
+
+
+@overload
+def run(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> Coroutine[Any, Any, T]: ...
+
+
+@overload
+def run(conn: psycopg.Connection[Any], plan: Plan[T]) -> T: ...
+
+
+def run(conn: AnyConnection, plan: Plan[T]) -> T | Coroutine[Any, Any, T]:
+    """Run ``plan`` on ``conn``: now when it is sync, as a coroutine when it is async."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return run_async(conn, plan)
+    if isinstance(conn, psycopg.Connection):
+        return run_sync(conn, plan)
+    plan.close()
+    raise not_a_connection(conn)
+
+
+def run_sync(conn: psycopg.Connection[Any], plan: Plan[T]) -> T:
+    try:
+        step = next(plan)
+        while True:
+            try:
+                answer = _step_sync(conn, step)
+            except BaseException as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(answer)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def run_async(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> T:
+    try:
+        step = next(plan)
+        while True:
+            try:
+                answer = await _step_async(conn, step)
+            except BaseException as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(answer)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def _step_sync(conn: psycopg.Connection[Any], step: Step) -> Any:
+    if isinstance(step, Atomic):
+        # In a transaction a savepoint, so a failure leaves the caller's transaction
+        # usable; in autocommit mode a transaction of its own.
+        if _needs_begin(conn):
+            conn.execute(_BEGIN)
+        with conn.transaction():
+            return run_sync(conn, step.plan)
+    with _configure(psycopg.Cursor(conn, row_factory=_rows(step))) as cur:
+        if isinstance(step, Copy):
+            with cur.copy(step.sql) as copy:
+                for row in step.rows:
+                    copy.write_row(row)
+            return None
+        cur.execute(step.sql, step.params)
+        return Result(cur.fetchall() if cur.description else [], cur.rowcount)
+
+
+async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
+    if isinstance(step, Atomic):
+        if _needs_begin(conn):  # see _step_sync
+            await conn.execute(_BEGIN)
+        async with conn.transaction():
+            return await run_async(conn, step.plan)
+    async with _configure(psycopg.AsyncCursor(conn, row_factory=_rows(step))) as cur:
+        if isinstance(step, Copy):
+            async with cur.copy(step.sql) as copy:
+                for row in step.rows:
+                    await copy.write_row(row)
+            return None
+        await cur.execute(step.sql, step.params)
+        return Result(await cur.fetchall() if cur.description else [], cur.rowcount)
+
+
+def _rows(step: Query | Copy) -> Any:
+    return dict_row if isinstance(step, Query) and step.dicts else tuple_row
+
+
+_C = TypeVar("_C", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])
+
+
+def _configure(cur: _C) -> _C:
+    # The cursor's adapters are its own copy: the caller's connection is left as it was.
+    cur.adapters.register_loader("jsonb", JsonbLoader)
+    cur.adapters.register_loader("json", JsonLoader)
+    return cur
+
+
+def _needs_begin(conn: AnyConnection) -> bool:
+    """Idle in non-autocommit mode (Django inside ``atomic()`` before its first query, a
+    SQLAlchemy session that has run nothing yet): psycopg's ``transaction()`` would COMMIT
+    on exit there, ending the caller's transaction early. So a statement first opens the
+    caller's transaction, as any of its own would, and the scope is then a savepoint in it."""
+    return conn.info.transaction_status == TransactionStatus.IDLE and not conn.autocommit
