@@ -20,7 +20,7 @@ USER_CODE = textwrap.dedent(
 
     import psycopg
 
-    from pgenough.core import App, TaskContext
+    from pgenough.core import App, TaskContext, enqueue
 
     app = App()
 
@@ -42,6 +42,19 @@ USER_CODE = textwrap.dedent(
         await send.enqueue(conn, 7)  # error: missing 'to'
         await send.enqueue(conn, 7, "x", colour="red")  # error: unknown keyword
         await charge.enqueue(conn, order_id="7")  # error: wrong type
+
+
+    def sync_producer(conn: psycopg.Connection[Any]) -> int | None:
+        send.enqueue_many(conn, [{"order_id": 1, "to": "x"}]) + 1  # fine: an int, at once
+        job_id: int | None = send.enqueue(conn, 7, "x")  # fine: no await on a sync connection
+        enqueue(conn, "kind", {"a": 1}) + 1  # error: int | None
+        send.enqueue(conn, "seven", "x")  # error: wrong type, sync too
+        return job_id
+
+
+    async def mixed(conn: psycopg.AsyncConnection[Any]) -> None:
+        job_id: int | None = send.enqueue(conn, 7, "x")  # error: a coroutine, not awaited
+        print(job_id)
     """
 )
 
@@ -58,5 +71,5 @@ def test_mypy_checks_enqueue_calls_against_the_tasks_signature(tmp_path: Path) -
     )
     errors = sorted({int(n) for n in re.findall(r"user_tasks\.py:(\d+): error", result.stdout)})
     expected = [n for n, line in enumerate(USER_CODE.splitlines(), 1) if "# error:" in line]
-    assert len(expected) == 4
+    assert len(expected) == 7
     assert errors == expected, result.stdout + result.stderr
