@@ -85,6 +85,8 @@ def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    assert "refused: 409 sold-out-item is out of stock (no order, no job)" in result.stdout
+    assert "out-of-stock orders stored: 0; confirm_order jobs left: 0" in result.stdout
     assert "all 3 orders confirmed exactly once." in result.stdout
     assert result.stdout.count("  confirmed: order") == 3
 
