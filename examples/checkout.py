@@ -1,11 +1,15 @@
 """Order checkout on PostgreSQL alone: the example pgenough grew from.
 
-1. An HTTP handler (``POST /orders``) saves the order as PENDING and enqueues a
-   ``confirm_order`` job *in the same transaction*: there is never an order without its job,
-   nor a job without its order.
-2. A worker claims the job, marks the order CONFIRMED, publishes ``orders-confirmed`` and
-   completes the job - again in one transaction, so the confirmation happens exactly once.
+1. An HTTP handler (``POST /orders``) saves the order as PENDING and enqueues the
+   ``confirm_order`` task *in the same transaction*: there is never an order without its job,
+   nor a job without its order. An order that cannot be taken (out of stock) rolls back with
+   its job: neither exists.
+2. A worker (``app.worker(pool)``) runs the task: it marks the order CONFIRMED, publishes
+   ``orders-confirmed`` and completes the job - again in one transaction, so the confirmation
+   happens exactly once.
 3. A subscriber prints each confirmation as it is committed.
+
+The same story on a SQLAlchemy ORM model: ``examples/checkout_sqlalchemy.py``.
 
 Run it with no set-up (an embedded PostgreSQL starts when ``DATABASE_URL`` is unset)::
 
@@ -24,24 +28,25 @@ import sys
 
 import httpx
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel, Field
 
 from pgenough.core import (
+    App,
     Gap,
-    Handler,
-    Job,
-    Worker,
+    TaskContext,
     WorkerConfig,
     complete,
     database_url,
-    enqueue,
     migrate,
     open_pool,
     publish,
     subscribe,
 )
+
+app = App()
+OUT_OF_STOCK = "sold-out-item"
 
 SCHEMA = """
 CREATE SCHEMA IF NOT EXISTS checkout;
@@ -67,10 +72,25 @@ class OrderOut(BaseModel):
     job_id: int | None
 
 
-def create_app(pool: AsyncConnectionPool) -> FastAPI:
-    app = FastAPI(title="pgenough checkout example")
+@app.task(queue="orders", max_attempts=5, pass_context=True)
+async def confirm_order(ctx: TaskContext, order_id: int) -> None:
+    async with ctx.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "UPDATE checkout.orders SET status = 'CONFIRMED', confirmed_at = now()"
+            " WHERE id = %s AND status = 'PENDING' RETURNING item, quantity",
+            (order_id,),
+        )
+        row = await cur.fetchone()
+        if row is not None:
+            message = {"order_id": order_id, "item": row[0], "quantity": row[1]}
+            await publish(conn, "orders-confirmed", json.dumps(message))
+        await complete(conn, ctx.job)  # commits with the update and the message, or not at all
 
-    @app.post("/orders", status_code=202)
+
+def create_api(pool: AsyncConnectionPool) -> FastAPI:
+    api = FastAPI(title="pgenough checkout example")
+
+    @api.post("/orders", status_code=202)
     async def place_order(order: OrderIn) -> OrderOut:
         async with pool.connection() as conn, conn.transaction():
             cur = await conn.execute(
@@ -79,30 +99,16 @@ def create_app(pool: AsyncConnectionPool) -> FastAPI:
             )
             row = await cur.fetchone()
             assert row is not None
-            job_id = await enqueue(
-                conn, "confirm_order", {"order_id": row[0]}, dedupe_key=f"confirm:{row[0]}"
+            # A dedupe key: a client retrying the request never confirms twice.
+            job_id = await confirm_order.using(dedupe_key=f"confirm:{row[0]}").enqueue(
+                conn, order_id=row[0]
             )
+            if order.item == OUT_OF_STOCK:
+                # Raised inside the transaction: the order and its job roll back together.
+                raise HTTPException(409, f"{order.item} is out of stock")
         return OrderOut(id=row[0], status="PENDING", job_id=job_id)
 
-    return app
-
-
-def confirm_order(pool: AsyncConnectionPool) -> Handler:
-    async def handler(job: Job) -> None:
-        order_id = job.payload["order_id"]
-        async with pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                "UPDATE checkout.orders SET status = 'CONFIRMED', confirmed_at = now()"
-                " WHERE id = %s AND status = 'PENDING' RETURNING item, quantity",
-                (order_id,),
-            )
-            row = await cur.fetchone()
-            if row is not None:
-                message = {"order_id": order_id, "item": row[0], "quantity": row[1]}
-                await publish(conn, "orders-confirmed", json.dumps(message))
-            await complete(conn, job)  # commits with the update and the message, or not at all
-
-    return handler
+    return api
 
 
 async def run(url: str, *, orders: int, port: int, keep_running: bool) -> int:
@@ -118,8 +124,8 @@ async def run(url: str, *, orders: int, port: int, keep_running: bool) -> int:
         print(f"error: cannot listen on 127.0.0.1:{port}: {exc.strerror}", file=sys.stderr)
         return 1
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(pool), log_level="warning"))
-    worker = Worker(pool, {"confirm_order": confirm_order(pool)}, WorkerConfig(poll_interval=1))
+    server = uvicorn.Server(uvicorn.Config(create_api(pool), log_level="warning"))
+    worker = app.worker(pool, config=WorkerConfig(poll_interval=1))
     confirmed: asyncio.Queue[dict[str, object]] = asyncio.Queue()
 
     async def print_confirmations() -> None:
@@ -151,8 +157,19 @@ async def run(url: str, *, orders: int, port: int, keep_running: bool) -> int:
                 resp = await client.post("/orders", json={"item": f"ticket-{n}", "quantity": n})
                 resp.raise_for_status()
                 print(f"placed: order {resp.json()['id']} PENDING (job {resp.json()['job_id']})")
+            resp = await client.post("/orders", json={"item": OUT_OF_STOCK})
+            print(f"refused: {resp.status_code} {resp.json()['detail']} (no order, no job)")
         for _ in range(orders):
             await asyncio.wait_for(confirmed.get(), 60)
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM checkout.orders WHERE item = %s),"
+                " (SELECT count(*) FROM pgenough.jobs WHERE kind = %s)",
+                (OUT_OF_STOCK, confirm_order.name),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        print(f"out-of-stock orders stored: {row[0]}; confirm_order jobs left: {row[1]}")
         print(f"all {orders} orders confirmed exactly once.")
         if keep_running:
             print(

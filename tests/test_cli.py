@@ -85,8 +85,31 @@ def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    assert "refused: 409 sold-out-item is out of stock (no order, no job)" in result.stdout
+    assert "out-of-stock orders stored: 0; confirm_order jobs left: 0" in result.stdout
     assert "all 3 orders confirmed exactly once." in result.stdout
     assert result.stdout.count("  confirmed: order") == 3
+
+
+@pytest.mark.db
+def test_checkout_sqlalchemy_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/checkout_sqlalchemy.py", "--orders", "3"],
+        cwd=ROOT,
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "refused: sold-out-item is out of stock (no order, no job)" in lines
+    # The first order's first attempt failed before its commit and ran again; none twice.
+    assert "  confirmed: order 1 (attempt 2)" in lines
+    assert "worker: 3 completed, 1 failed attempt(s)" in lines
+    for n in (1, 2, 3):
+        assert f"order {n}: CONFIRMED, confirmed 1 time(s)" in lines
+    assert lines[-1] == "all 3 orders confirmed exactly once."
 
 
 @pytest.mark.db
