@@ -25,7 +25,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgenough.core import App, WorkerConfig
+from pgenough.core import App, WorkerConfig, get_job, list_jobs
 from pgenough.core.orm import django_connection, sqlalchemy_async_connection, sqlalchemy_connection
 from pgenough.core.queue import JOBS_CHANNEL
 
@@ -333,7 +333,19 @@ async def test_django_autocommit_outside_atomic(harness: Harness, django_ready: 
 
         _django_table()
         DjangoOrder.objects.create(id=3, email="fay@example.com")
-        ship.enqueue(django_connection(), order_id=3)
+        job_id = ship.enqueue(django_connection(), order_id=3)
+        assert job_id is not None
+        later = ship.using(delay=3600).enqueue(django_connection(), order_id=4)
+        assert later is not None
+        # Django loads jsonb as text on its connections; the core's reads still get JSON.
+        record = get_job(django_connection(), later)
+        assert record is not None and record.payload == {"order_id": 4}
+        assert [j.payload for j in list_jobs(django_connection(), state="ready")] == [
+            {"order_id": 4}
+        ]
+        with connection.cursor() as cur:  # and Django's own cursors are as Django set them
+            cur.execute("SELECT '{\"a\": 1}'::jsonb")
+            assert cur.fetchone() == ('{"a": 1}',)
         connection.close()
 
     await asyncio.to_thread(body)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, LiteralString, ParamSpec, TypeAlias, TypeVar, overload
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
 
@@ -202,10 +202,17 @@ def _rows(step: Query | Copy) -> Any:
 _C = TypeVar("_C", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])
 
 
+_JSON_LOADERS = (
+    (psycopg.adapters.types["jsonb"].oid, JsonbLoader),
+    (psycopg.adapters.types["json"].oid, JsonLoader),
+)
+
+
 def _configure(cur: _C) -> _C:
-    # The cursor's adapters are its own copy: the caller's connection is left as it was.
-    cur.adapters.register_loader("jsonb", JsonbLoader)
-    cur.adapters.register_loader("json", JsonLoader)
+    for oid, loader in _JSON_LOADERS:
+        if cur.adapters.get_loader(oid, Format.TEXT) is not loader:
+            # The cursor's adapters are its own copy: the connection is left as it was.
+            cur.adapters.register_loader(oid, loader)
     return cur
 
 
