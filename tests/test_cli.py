@@ -73,18 +73,23 @@ def test_migrate_reports_the_schema_version(worker_env: dict[str, str]) -> None:
     assert result.stdout.strip().splitlines()[-1] == f"schema version {latest}"
 
 
-@pytest.mark.db
-@pytest.mark.slow
-def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
+def run_example(env: dict[str, str], script: str, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "examples/checkout.py", "--orders", "3", "--port", str(free_port())],
+        [sys.executable, f"examples/{script}", *args],
         cwd=ROOT,
-        env=worker_env,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
+    result = run_example(worker_env, "checkout.py", "--orders", "3", "--port", str(free_port()))
     assert "refused: 409 sold-out-item is out of stock (no order, no job)" in result.stdout
     assert "out-of-stock orders stored: 0; confirm_order jobs left: 0" in result.stdout
     assert "all 3 orders confirmed exactly once." in result.stdout
@@ -93,15 +98,7 @@ def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
 
 @pytest.mark.db
 def test_checkout_sqlalchemy_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
-    result = subprocess.run(
-        [sys.executable, "examples/checkout_sqlalchemy.py", "--orders", "3"],
-        cwd=ROOT,
-        env=worker_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_example(worker_env, "checkout_sqlalchemy.py", "--orders", "3")
     lines = result.stdout.splitlines()
     assert "refused: sold-out-item is out of stock (no order, no job)" in lines
     # The first order's first attempt failed before its commit and ran again; none twice.
