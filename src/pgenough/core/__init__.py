@@ -54,7 +54,7 @@ from pgenough.core.tasks import (
     TaskTimeout,
     load_app,
 )
-from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
+from pgenough.core.worker import BatchHandler, Handler, Worker, WorkerConfig, WorkerStats
 
 # Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
 # one constant first.
@@ -62,6 +62,7 @@ __all__ = [  # noqa: RUF022
     "App",
     "AppNotFound",
     "Backoff",
+    "BatchHandler",
     "Claim",
     "CleanResult",
     "Cron",

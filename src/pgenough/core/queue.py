@@ -204,6 +204,17 @@ async def complete(conn: AnyConn, job: Job) -> None:
         raise LeaseLost(job.id)
 
 
+async def complete_many(conn: AnyConn, jobs: Sequence[Job]) -> set[int]:
+    """Complete ``jobs`` in the transaction open on ``conn``, in one statement; return the
+    ids of those that were still this claim. Fewer ids than jobs means some were reclaimed
+    or cancelled meanwhile: roll back, or their effects would commit twice."""
+    cur = await conn.execute(
+        _Q["complete_many"],
+        {"ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs]},
+    )
+    return {row[0] for row in await cur.fetchall()}
+
+
 async def retry_job(conn: AnyConn, job_id: int) -> None:
     """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
     cur = await conn.execute(_Q["retry_job"], {"id": job_id})

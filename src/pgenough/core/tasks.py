@@ -52,7 +52,7 @@ from pgenough.core.queue import (
 )
 from pgenough.core.retry import Backoff
 from pgenough.core.schedule import DEFAULT_GRACE, Cron, Interval, Missed, Schedule
-from pgenough.core.worker import Handler, Worker, WorkerConfig
+from pgenough.core.worker import AnyHandler, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class Task(Generic[P]):
 
     # -- running -----------------------------------------------------------------------------
 
-    def handler(self, pool: AsyncConnectionPool) -> Handler:
+    def handler(self, pool: AsyncConnectionPool) -> AnyHandler:
         """The worker's handler for this task's jobs."""
         return _TaskHandler(self, pool)
 
@@ -425,7 +425,7 @@ class App:
         """Every queue a task of this app is enqueued to by default."""
         return sorted({t.queue for t in self.tasks.values()})
 
-    def handlers(self, pool: AsyncConnectionPool) -> dict[str, Handler]:
+    def handlers(self, pool: AsyncConnectionPool) -> dict[str, AnyHandler]:
         return {name: task.handler(pool) for name, task in self.tasks.items()}
 
     def worker(
