@@ -47,6 +47,7 @@ from pgenough.core.schedule import Cron, Interval, Schedule, Tick
 from pgenough.core.tasks import (
     App,
     AppNotFound,
+    BatchTask,
     EnqueueOptions,
     Task,
     TaskArgumentsError,
@@ -63,6 +64,7 @@ __all__ = [  # noqa: RUF022
     "AppNotFound",
     "Backoff",
     "BatchHandler",
+    "BatchTask",
     "Claim",
     "CleanResult",
     "Cron",
