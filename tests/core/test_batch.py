@@ -175,6 +175,29 @@ async def test_when_the_commit_fails_neither_the_effects_nor_the_completions_hap
     assert all(e.startswith("UniqueViolation") for *_, e in states), states
 
 
+async def test_concurrency_counts_the_jobs_of_running_batches(
+    effects: AsyncConnectionPool,
+) -> None:
+    """At most ``concurrency`` jobs are inside handlers at once; a batch whose handler has
+    returned stops counting while it commits, so the next claim need not wait for it."""
+    await enqueue_jobs(effects, "view", [None] * 40)
+    inside = peak = 0
+
+    async def record(conn: Conn, jobs: Sequence[Job]) -> None:
+        nonlocal inside, peak
+        inside += len(jobs)
+        peak = max(peak, inside)
+        await asyncio.sleep(0.05)  # let the claim loop try to take more meanwhile
+        inside -= len(jobs)
+        await write_effects(conn, jobs)
+
+    config = WorkerConfig(batch_size=4, concurrency=10, maintenance=None)
+    stats = await Worker(effects, {"view": BatchHandler(record)}, config).run(until_idle=True)
+    assert stats.completed == 40
+    assert 4 < peak <= 10  # several batches at once, never more jobs than the concurrency
+    assert len(await effect_counts(effects)) == 40
+
+
 # -- isolation: a raising job fails alone -------------------------------------------------
 
 

@@ -75,7 +75,7 @@ INTERRUPTED = "interrupted: the worker shut down before the handler finished"
 class WorkerConfig:
     queue: str = DEFAULT_QUEUE
     concurrency: int = DEFAULT_CONCURRENCY
-    """Handlers running at once."""
+    """Jobs whose handlers run at once (a batch counts each of its jobs)."""
     batch_size: int = DEFAULT_BATCH_SIZE
     """Most jobs taken by one claim."""
     lease: float = DEFAULT_LEASE
@@ -151,6 +151,10 @@ class _Executor:
         self.stats = WorkerStats()
         self._rng = rng
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._finishing = 0
+        """In-flight jobs of batches whose handler has returned and whose completion is
+        committing: they no longer count against concurrency (as a batched ack in ``_done``
+        does not), so the next claim overlaps that commit."""
         self._done: list[Job] = []
         self.wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -180,7 +184,7 @@ class _Executor:
         refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
         try:
             while not self._stopping.is_set():
-                free = self.config.concurrency - len(self._inflight)
+                free = self.config.concurrency - len(self._inflight) + self._finishing
                 if free < refill_at and self._inflight:
                     # Refill in batches: one claim per finished handler would cost a round
                     # trip and a commit per job.
@@ -408,13 +412,20 @@ class _Executor:
         """``handler.fn`` and the completion of ``jobs`` in one transaction; the ids that were
         still ours. It committed only if that is all of them."""
         held: set[int] = set()
-        async with self.pool.connection() as conn, conn.transaction() as tx:
-            await handler.fn(conn, jobs)
-            held = await complete_many(conn, jobs)
-            if len(held) < len(jobs):
-                # A lost job's effect is its new owner's to commit (or, cancelled, no one's);
-                # the others' effects may depend on it, so none of this one commits.
-                raise psycopg.Rollback(tx)
+        finishing = 0
+        try:
+            async with self.pool.connection() as conn, conn.transaction() as tx:
+                await handler.fn(conn, jobs)
+                finishing = len(jobs)
+                self._finishing += finishing
+                self.wake.set()
+                held = await complete_many(conn, jobs)
+                if len(held) < len(jobs):
+                    # A lost job's effect is its new owner's to commit (or, cancelled, no
+                    # one's); the others' may depend on it, so none of this one commits.
+                    raise psycopg.Rollback(tx)
+        finally:
+            self._finishing -= finishing
         return held
 
     async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
