@@ -33,6 +33,8 @@ from pgenough.core import (
     get_job,
     rescue_expired,
 )
+from pgenough.core._sql import load
+from pgenough.core.queue import job_from_row
 from pgenough.core.worker import INTERRUPTED
 from tests.helpers.procs import wait_until
 
@@ -568,3 +570,31 @@ def test_a_batch_task_must_be_async_and_take_arguments_by_name() -> None:
         "elsewhere",
         {"page_id": 1, "user_id": 2, "weight": 3},
     )
+
+
+async def test_a_batch_task_runs_one_job_alone_as_a_batch_of_one(
+    effects: AsyncConnectionPool,
+) -> None:
+    app = App()
+
+    @app.batch_task(View, queue="views")
+    async def record_views(conn: Conn, views: list[View]) -> None:
+        await conn.execute(
+            "INSERT INTO batch_effects (job_id, note) VALUES (%s, 'alone')", (views[0].user_id,)
+        )
+
+    async with effects.connection() as conn:
+        job_id = await record_views.enqueue(conn, page_id=1, user_id=5)
+    [job] = await claim_now(effects, "views")
+    assert job.id == job_id
+    await record_views.run_job(job, effects)
+    assert await rows(effects, "SELECT job_id, note FROM batch_effects") == [(5, "alone")]
+    assert await rows(effects, "SELECT count(*) FROM pgenough.jobs") == [(0,)]
+
+
+async def claim_now(db: AsyncConnectionPool, queue: str) -> list[Job]:
+    """Claim a queue's jobs as a worker does, without running them."""
+    params = {"done_ids": [], "done_attempts": [], "queue": queue, "limit": 10}
+    async with db.connection() as conn:
+        cur = await conn.execute(load("queue")["claim"], {**params, "lease": 30, "worker": "t"})
+        return [job_from_row(r) for r in await cur.fetchall()]

@@ -62,6 +62,7 @@ from pgenough.core.queue import (
     AnyConn,
     Job,
     NewJob,
+    complete,
     enqueue,
     enqueue_many,
 )
@@ -368,6 +369,12 @@ class BatchTask(Task[P], Generic[P, T]):
                 f"task {self.name!r}: stored arguments do not fit {_type_name(self.args_type)}:"
                 f" {exc}"
             ) from None
+
+    async def run_job(self, job: Job, pool: AsyncConnectionPool) -> None:
+        """One job as a batch of one, completed in its transaction (a worker batches them)."""
+        async with pool.connection() as conn, conn.transaction():
+            await self._run_batch(conn, [job])
+            await complete(conn, job)
 
     async def _run_batch(self, conn: psycopg.AsyncConnection[Any], jobs: Sequence[Job]) -> None:
         await self._bounded(self.fn(conn, [self.item(job) for job in jobs]))
