@@ -154,7 +154,8 @@ class _Executor:
         self._finishing = 0
         """In-flight jobs of batches whose handler has returned and whose completion is
         committing: they no longer count against concurrency (as a batched ack in ``_done``
-        does not), so the next claim overlaps that commit."""
+        does not), so the next claim overlaps that commit. (Should the commit fail, the batch
+        runs again in halves while the next claim's jobs run: briefly past concurrency.)"""
         self._done: list[Job] = []
         self.wake = asyncio.Event()
         self._stopping = asyncio.Event()
