@@ -31,6 +31,11 @@ handlers' count to equal the jobs loaded. Process start-up is not measured.
 - ``ours transactional``: the same, but the handler completes its job in its own transaction,
   as an application that writes something with it would:
   ``async with pool.connection() as conn, conn.transaction(): await complete(conn, job)``.
+- ``ours batch-tx`` (batch-transactional): the same ``Worker`` and ``WorkerConfig`` as ``ours
+  batched``, but the kind's handler is ``BatchHandler(h)`` with ``async def h(conn, jobs):
+  pass``: the worker runs each claim's jobs in one transaction on a pooled connection and
+  completes them there (``complete_many``), as an application whose writes must commit
+  exactly once with their jobs would, one commit per batch.
 - ``raw``: the ceiling. One synchronous psycopg connection per process in autocommit, looping
   ``DELETE FROM raw_jobs WHERE id IN (SELECT id FROM raw_jobs WHERE queue = 'default' AND
   state = 'ready' AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT B FOR UPDATE
@@ -61,10 +66,12 @@ PgQueuer with ``batch_size=10`` under uvloop, Procrastinate with the concurrency
 runs.
 
 *ratios and targets* - ``ours/raw`` per (workers, batch) and mode, ``ours/pgqueuer`` at batch
-100 per worker count, latency ``ours/pgqueuer`` at p50 and p99; then the targets, checked on
-the batched mode: at batch 100 >= 0.5x raw and >= 2x PgQueuer, at batch 1 >= 0.8x raw,
-latency p50 <= 0.75x PgQueuer's and p99 <= PgQueuer's. Every figure of a ratio comes from the
-same run; on a small noisy machine compare ratios, not absolute rates across runs.
+100 per worker count, ``batch-tx/batched``, latency ``ours/pgqueuer`` at p50 and p99; then the
+targets, checked on the batched mode: at batch 100 >= 0.5x raw and >= 2x PgQueuer, at batch 1
+>= 0.8x raw, latency p50 <= 0.75x PgQueuer's and p99 <= PgQueuer's; and on the
+batch-transactional mode: at batch 100 >= 0.5x the batched mode. Every figure of a ratio
+comes from the same run; on a small noisy machine compare ratios, not absolute rates across
+runs.
 
 *busy* - the machine's CPU busy fraction in the half second before a measurement. Before each
 one the benchmark waits (up to ``--quiet-wait`` seconds) for it to drop under ``QUIET_BUSY``:
@@ -114,6 +121,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from pgenough.core import (
+    BatchHandler,
+    Handler,
     Job,
     NewJob,
     Worker,
@@ -142,7 +151,10 @@ QUIET_BUSY = 0.15
 """Machine CPU busy fraction above which the machine does not count as idle."""
 LATENCY_PAUSE = (0.010, 0.040)
 
-System: TypeAlias = Literal["raw", "ours-batched", "ours-tx", "pgqueuer", "procrastinate"]
+System: TypeAlias = Literal[
+    "raw", "ours-batched", "ours-tx", "ours-batch-tx", "pgqueuer", "procrastinate"
+]
+OURS: tuple[System, ...] = ("ours-batched", "ours-tx", "ours-batch-tx")
 LatencySystem: TypeAlias = Literal["ours", "pgqueuer", "procrastinate"]
 
 SERVER_SETTINGS = (
@@ -421,7 +433,14 @@ async def drain_ours(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
             async with pool.connection() as conn, conn.transaction():
                 await complete(conn, job)
 
-        handler = transactional if spec.system == "ours-tx" else noop
+        async def noop_batch(conn: psycopg.AsyncConnection[Any], jobs: Sequence[Job]) -> None:
+            pass
+
+        handler: Handler | BatchHandler = noop
+        if spec.system == "ours-tx":
+            handler = transactional
+        elif spec.system == "ours-batch-tx":
+            handler = BatchHandler(noop_batch)  # the worker completes them in its transaction
         config = WorkerConfig(
             queue=QUEUE,
             batch_size=spec.batch,
@@ -610,6 +629,9 @@ SYSTEMS: dict[System, SystemOps] = {
         setup_ours, enqueue_ours, "SELECT count(*) FROM pgenough.jobs", "ours"
     ),
     "ours-tx": SystemOps(setup_ours, enqueue_ours, "SELECT count(*) FROM pgenough.jobs", "ours"),
+    "ours-batch-tx": SystemOps(
+        setup_ours, enqueue_ours, "SELECT count(*) FROM pgenough.jobs", "ours"
+    ),
     "pgqueuer": SystemOps(
         setup_pgqueuer, enqueue_pgqueuer, "SELECT count(*) FROM pgqueuer", "pgqueuer"
     ),
@@ -635,7 +657,7 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
     try:
         if spec.system == "raw":
             end, done = drain_raw(spec, barrier)
-        elif spec.system in ("ours-batched", "ours-tx"):
+        elif spec.system in OURS:
             end, done = asyncio.run(drain_ours(spec, barrier))
         elif spec.system == "pgqueuer":
             import uvloop
@@ -884,8 +906,7 @@ class Plan:
         for batch in self.batches:
             for workers in self.workers:
                 yield "raw", workers, batch
-                yield "ours-batched", workers, batch
-                yield "ours-tx", workers, batch
+                yield from ((system, workers, batch) for system in OURS)
                 if "pgqueuer" in self.peers and batch in self.pgqueuer_batches:
                     yield "pgqueuer", workers, batch
         if "pgqueuer" in self.peers:
@@ -986,14 +1007,27 @@ def report(
         for workers in plan.workers:
             raw = drains.get(("raw", workers, batch))
             cells = [str(workers), str(batch)]
-            for mode in ("ours-batched", "ours-tx"):
+            for mode in OURS:
                 ours = drains.get((mode, workers, batch))
                 cells.append(fmt_ratio(ours.best_rate / raw.best_rate) if ours and raw else "-")
             pgq = drains.get(("pgqueuer", workers, batch))
             ours = drains.get(("ours-batched", workers, batch))
             cells.append(fmt_ratio(ours.best_rate / pgq.best_rate) if ours and pgq else "-")
+            batch_tx = drains.get(("ours-batch-tx", workers, batch))
+            cells.append(
+                fmt_ratio(batch_tx.best_rate / ours.best_rate) if batch_tx and ours else "-"
+            )
             rows.append(cells)
-    print(table(["workers", "batch", "batched/raw", "transactional/raw", "batched/pgqueuer"], rows))
+    headers = [
+        "workers",
+        "batch",
+        "batched/raw",
+        "transactional/raw",
+        "batch-tx/raw",
+        "batched/pgqueuer",
+        "batch-tx/batched",
+    ]
+    print(table(headers, rows))
 
     if latencies:
         print(f"\n## Add-to-start latency, ms ({plan.latency_samples} samples, idle worker)\n")
@@ -1036,6 +1070,16 @@ def report(
         if raw1 and ours1:
             x = ours1.best_rate / raw1.best_rate
             rows.append([f"batch 1, {workers}w: >= 0.8x raw", fmt_ratio(x), verdict(x >= 0.8)])
+        batch_tx100 = drains.get(("ours-batch-tx", workers, 100))
+        if batch_tx100 and ours100:
+            x = batch_tx100.best_rate / ours100.best_rate
+            rows.append(
+                [
+                    f"batch 100, {workers}w: batch-transactional >= 0.5x batched",
+                    fmt_ratio(x),
+                    verdict(x >= 0.5),
+                ]
+            )
     if latencies.get("ours") and latencies.get("pgqueuer"):
         o, p = latencies["ours"], latencies["pgqueuer"]
         rows.append(

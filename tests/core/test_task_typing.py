@@ -73,3 +73,60 @@ def test_mypy_checks_enqueue_calls_against_the_tasks_signature(tmp_path: Path) -
     expected = [n for n, line in enumerate(USER_CODE.splitlines(), 1) if "# error:" in line]
     assert len(expected) == 7
     assert errors == expected, result.stdout + result.stderr
+
+
+BATCH_USER_CODE = textwrap.dedent(
+    """
+    from dataclasses import dataclass
+    from typing import Any
+
+    import psycopg
+
+    from pgenough.core import App, BatchTask
+
+    app = App()
+
+
+    @dataclass
+    class View:
+        page_id: int
+        user_id: int
+        weight: int = 1
+
+
+    @app.batch_task(View, queue="views")
+    async def record_views(conn: psycopg.AsyncConnection[Any], views: list[View]) -> None: ...
+
+
+    async def producer(conn: psycopg.AsyncConnection[Any]) -> None:
+        task: BatchTask[[int, int, int], View] = record_views  # fine
+        await record_views.enqueue(conn, page_id=1, user_id=2)  # fine
+        await record_views.using(priority=5).enqueue(conn, 1, 2, weight=3)  # fine
+        record_views.job(page_id=1, user_id=2)  # fine
+        await record_views.enqueue_many(conn, [{"page_id": 1, "user_id": 2}])  # fine
+        await record_views.enqueue(conn, page_id="1", user_id=2)  # error: wrong type
+        await record_views.enqueue(conn, page_id=1)  # error: missing user_id
+        record_views.job(page_id=1, user_id=2, colour="red")  # error: unknown keyword
+
+
+    @app.batch_task(View)  # error: the function takes other items than View
+    async def wrong_items(conn: psycopg.AsyncConnection[Any], views: list[int]) -> None: ...
+    """
+)
+
+
+def test_mypy_checks_batch_task_calls_against_the_args_type(tmp_path: Path) -> None:
+    module = tmp_path / "user_batch_tasks.py"
+    module.write_text(BATCH_USER_CODE)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(module)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    found = re.findall(r"user_batch_tasks\.py:(\d+): error", result.stdout)
+    errors = sorted({int(n) for n in found})
+    expected = [n for n, line in enumerate(BATCH_USER_CODE.splitlines(), 1) if "# error:" in line]
+    assert len(expected) == 4
+    assert errors == expected, result.stdout + result.stderr

@@ -239,6 +239,57 @@ async def test_a_worker_killed_mid_jobs_loses_and_duplicates_nothing(
     assert sorted(notes) == sorted(f"paced {n}" for n in range(total))
 
 
+async def test_a_worker_killed_mid_batch_commits_each_effect_exactly_once(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    """kill -9 while a batch transaction is open (its effects written, not committed): a
+    second process takes the jobs back once their leases expire, and every job's effect
+    exists exactly once - in a table without a unique constraint to hide a duplicate."""
+    env = {**worker_env, "PGENOUGH_WORKER_LEASE": "2", "PGENOUGH_RESCUE_INTERVAL": "1"}
+    total = 120
+    async with db.connection() as conn:
+        await conn.execute(taskapp.TALLIES_TABLE)
+        await conn.execute("TRUNCATE tallies")
+        await taskapp.tally.enqueue_many(conn, [{"n": n, "seconds": 1.0} for n in range(total)])
+    # Three batches of 10 (the claim size) in flight at once.
+    first, name, _ = start(env, "--queue", f"{taskapp.TALLY_QUEUE}=30")
+    try:
+        await wait_until(lambda: _tallied(db, 10), timeout=60, what="a batch committed")
+        await wait_until(lambda: _open_batch(db, name), timeout=30, what="a batch open")
+        first.popen.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        first.kill()
+    running = await scalar(db, "SELECT count(*) FROM pgenough.jobs WHERE state = 'running'")
+    assert running > 0  # it died holding claims
+    assert await scalar(db, "SELECT count(*) FROM tallies") < total
+    second, _, _ = start(env, "--queue", f"{taskapp.TALLY_QUEUE}=30")
+    try:
+        await wait_until(lambda: _no_jobs(db), timeout=120, what="the queue empty")
+    finally:
+        assert stop(second) == 0, second.stderr
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT n, count(*) FROM tallies GROUP BY n ORDER BY n")
+        counts = await cur.fetchall()
+    assert counts == [(n, 1) for n in range(total)]
+
+
+async def _tallied(db: AsyncConnectionPool, n: int) -> bool:
+    return int(await scalar(db, "SELECT count(*) FROM tallies")) >= n
+
+
+async def _open_batch(db: AsyncConnectionPool, worker: str) -> bool:
+    """A connection of ``worker`` is inside a transaction that has written (its xid set)."""
+    return bool(
+        await scalar(
+            db,
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name LIKE %s"
+            " AND state = 'idle in transaction' AND backend_xid IS NOT NULL",
+            f"%{worker}%",
+        )
+    )
+
+
 async def _no_jobs(db: AsyncConnectionPool) -> bool:
     return int(await scalar(db, "SELECT count(*) FROM pgenough.jobs")) == 0
 

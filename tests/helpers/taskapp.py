@@ -1,16 +1,24 @@
 """A user's task module, as ``pgenough worker run tests.helpers.taskapp:app`` loads it: one
-task on each of five queues, and one that takes its time (for shutdown tests)."""
+task on each of five queues, one that takes its time (for shutdown tests), and a batch task
+on its own queue."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
 
 from pgenough.core import App, TaskContext, complete
 
 log = logging.getLogger("taskapp")
 
 QUEUES = ("emails", "reports", "billing", "search", "webhooks")
+TALLY_QUEUE = "tallies"
+TALLIES_TABLE = "CREATE TABLE IF NOT EXISTS tallies (n int NOT NULL)"
+"""Where ``tally`` writes: no unique constraint, so an effect committed twice is two rows."""
 
 app = App(queues={"billing": 2})
 
@@ -51,3 +59,18 @@ async def paced(ctx: TaskContext, n: int, seconds: float) -> None:
     """Takes ``seconds``, then records itself: a process killed meanwhile holds claims."""
     await asyncio.sleep(seconds)
     await _record(ctx, f"paced {n}")
+
+
+@dataclass
+class Tally:
+    n: int
+    seconds: float = 0.0
+
+
+@app.batch_task(Tally, name="tally", queue=TALLY_QUEUE)
+async def tally(conn: psycopg.AsyncConnection[Any], items: list[Tally]) -> None:
+    """One row per item, then a pause with the transaction open: a process killed meanwhile
+    dies holding a batch whose effects are written but not committed."""
+    await conn.execute("INSERT INTO tallies (n) SELECT unnest(%s::int[])", ([t.n for t in items],))
+    log.info("tallied %d item(s); committing in %gs", len(items), max(t.seconds for t in items))
+    await asyncio.sleep(max(t.seconds for t in items))

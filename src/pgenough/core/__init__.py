@@ -48,6 +48,7 @@ from pgenough.core.statements import AnyConnection
 from pgenough.core.tasks import (
     App,
     AppNotFound,
+    BatchTask,
     EnqueueOptions,
     Task,
     TaskArgumentsError,
@@ -55,7 +56,7 @@ from pgenough.core.tasks import (
     TaskTimeout,
     load_app,
 )
-from pgenough.core.worker import Handler, Worker, WorkerConfig, WorkerStats
+from pgenough.core.worker import BatchHandler, Handler, Worker, WorkerConfig, WorkerStats
 
 # Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
 # one constant first.
@@ -64,6 +65,8 @@ __all__ = [  # noqa: RUF022
     "App",
     "AppNotFound",
     "Backoff",
+    "BatchHandler",
+    "BatchTask",
     "Claim",
     "CleanResult",
     "Cron",

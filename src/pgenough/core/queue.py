@@ -208,6 +208,18 @@ def complete(job: Job) -> Plan[None]:
 
 
 @dual
+def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
+    """Complete ``jobs`` in the transaction open on ``conn``, in one statement; return the
+    ids of those that were still this claim. Fewer ids than jobs means some were reclaimed
+    or cancelled meanwhile: roll back, or their effects would commit twice."""
+    result = yield Query(
+        _Q["complete_many"],
+        {"ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs]},
+    )
+    return {row[0] for row in result.rows}
+
+
+@dual
 def retry_job(job_id: int) -> Plan[None]:
     """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
     result = yield Query(_Q["retry_job"], {"id": job_id})

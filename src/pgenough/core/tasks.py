@@ -13,6 +13,20 @@
 
     # elsewhere: pgenough worker run myapp.tasks:app
 
+A batch task runs many jobs in one transaction, completing them in it (exactly once, one commit
+per batch)::
+
+    @dataclass
+    class View:
+        page_id: int
+        user_id: int
+
+    @app.batch_task(View, queue="views")
+    async def record_views(conn: psycopg.AsyncConnection[Any], views: list[View]) -> None:
+        await conn.execute(...)                           # one statement for the batch
+
+    await record_views.enqueue(conn, page_id=1, user_id=2)  # checked against View's fields
+
 A job's payload is the task's arguments *by name*, a JSON object (``{"order_id": 7, "to":
 "..."}``): readable in ``pgenough job ID``, and still valid when a deploy adds a parameter with
 a default. So a task may not take positional-only parameters or ``*args``. Arguments are
@@ -34,7 +48,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeAlias, overload
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -47,13 +61,14 @@ from pgenough.core.queue import (
     DEFAULT_QUEUE,
     Job,
     NewJob,
+    complete,
     enqueue_job,
     enqueue_many,
 )
 from pgenough.core.retry import Backoff
 from pgenough.core.schedule import DEFAULT_GRACE, Cron, Interval, Missed, Schedule
 from pgenough.core.statements import AnyConnection, run
-from pgenough.core.worker import Handler, Worker, WorkerConfig
+from pgenough.core.worker import AnyHandler, BatchHandler, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +77,11 @@ TaskFn: TypeAlias = Callable[..., Any]
 
 P = ParamSpec("P")
 """A task's parameters: ``enqueue`` and ``job`` take the same, so mypy checks the calls."""
+T = TypeVar("T")
+"""What a batch task's function gets per job: its ``args_type`` built from the payload."""
+
+BatchTaskFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], list[T]], Awaitable[None]]
+"""A batch task's ``async def fn(conn, items)``, run in the transaction completing its jobs."""
 
 
 class TaskArgumentsError(PgenoughError, TypeError):
@@ -268,11 +288,23 @@ class Task(Generic[P]):
 
     # -- running -----------------------------------------------------------------------------
 
-    def handler(self, pool: AsyncConnectionPool) -> Handler:
+    def handler(self, pool: AsyncConnectionPool) -> AnyHandler:
         """The worker's handler for this task's jobs."""
         return _TaskHandler(self, pool)
 
     async def run_job(self, job: Job, pool: AsyncConnectionPool) -> None:
+        payload = self._stored_arguments(job)
+        args: tuple[Any, ...] = (TaskContext(job, pool),) if self.pass_context else ()
+        if self._is_async:
+            call: Awaitable[Any] = self.fn(*args, **payload)
+        else:
+            # A thread: a blocking function must not stall the other jobs' event loop.
+            # (The thread cannot be interrupted by the timeout; see docs/messaging.md.)
+            call = asyncio.to_thread(self.fn, *args, **payload)
+        await self._bounded(call)
+
+    def _stored_arguments(self, job: Job) -> dict[str, Any]:
+        """The job's payload, once it is known to fit the signature; ``GiveUp`` if not."""
         payload = job.payload
         if not isinstance(payload, dict):
             raise GiveUp(f"task {self.name!r}: payload is {type(payload).__name__}, not an object")
@@ -282,13 +314,10 @@ class Task(Generic[P]):
             # The signature changed under queued jobs (or the job was written by hand):
             # retrying cannot help.
             raise GiveUp(f"task {self.name!r}: stored arguments do not fit: {exc}") from None
-        args: tuple[Any, ...] = (TaskContext(job, pool),) if self.pass_context else ()
-        if self._is_async:
-            call: Awaitable[Any] = self.fn(*args, **payload)
-        else:
-            # A thread: a blocking function must not stall the other jobs' event loop.
-            # (The thread cannot be interrupted by the timeout; see docs/messaging.md.)
-            call = asyncio.to_thread(self.fn, *args, **payload)
+        return payload
+
+    async def _bounded(self, call: Awaitable[Any]) -> None:
+        """Await ``call`` within the task's ``timeout`` (``TaskTimeout`` past it)."""
         if self.timeout is None:
             await call
             return
@@ -299,6 +328,71 @@ class Task(Generic[P]):
             raise TaskTimeout(
                 f"task {self.name!r} ran past its timeout of {self.timeout:g}s"
             ) from None
+
+
+class BatchTask(Task[P], Generic[P, T]):
+    """A task whose jobs run many at a time: ``fn(conn, items)`` in one transaction, which
+    the worker also completes the jobs in (batch-transactional, see ``BatchHandler``).
+
+    It is enqueued like any task, with the arguments of ``args_type``'s constructor (by
+    name, checked at the call); each job's item is ``args_type(**payload)``. A job whose
+    stored arguments no longer fit is dead-lettered alone. ``timeout`` bounds each call of
+    ``fn``; a batch that raises (or times out) is bisected until the job at fault fails
+    alone, so keep ``fn``'s effects to writes on ``conn``, which roll back.
+    """
+
+    def __init__(
+        self,
+        fn: BatchTaskFn[T],
+        args_type: Callable[P, T],
+        *,
+        name: str,
+        options: EnqueueOptions,
+        backoff: Backoff | None,
+        timeout: float | None,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"batch task {name!r}: {fn!r} must be an async def: it runs on the"
+                " worker's event loop, inside the transaction that completes its jobs"
+            )
+        super().__init__(
+            fn, name=name, options=options, backoff=backoff, timeout=timeout, pass_context=False
+        )
+        self.args_type: Callable[..., T] = args_type
+        """What each job's payload is built into (its constructor's parameters are P)."""
+        # Jobs carry args_type's arguments, not fn's (conn, items): check against those.
+        self._signature = _arguments_signature(args_type, name, False)
+
+    def __repr__(self) -> str:
+        return f"<BatchTask {self.name} queue={self.options.queue}>"
+
+    def handler(self, pool: AsyncConnectionPool) -> BatchHandler:
+        return BatchHandler(self._run_batch, backoff=self.backoff, check=self.item)
+
+    def item(self, job: Job) -> T:
+        """The job's arguments as ``args_type``; ``GiveUp`` when they do not fit."""
+        payload = self._stored_arguments(job)
+        try:
+            return self.args_type(**payload)
+        except (TypeError, ValueError) as exc:  # its own validation refused them
+            raise GiveUp(
+                f"task {self.name!r}: stored arguments do not fit {_type_name(self.args_type)}:"
+                f" {exc}"
+            ) from None
+
+    async def run_job(self, job: Job, pool: AsyncConnectionPool) -> None:
+        """One job as a batch of one, completed in its transaction (a worker batches them)."""
+        async with pool.connection() as conn, conn.transaction():
+            await self._run_batch(conn, [job])
+            await complete(conn, job)
+
+    async def _run_batch(self, conn: psycopg.AsyncConnection[Any], jobs: Sequence[Job]) -> None:
+        await self._bounded(self.fn(conn, [self.item(job) for job in jobs]))
+
+
+def _type_name(args_type: Callable[..., Any]) -> str:
+    return getattr(args_type, "__qualname__", None) or repr(args_type)
 
 
 class _TaskHandler:
@@ -393,12 +487,46 @@ class App:
                 timeout=timeout,
                 pass_context=pass_context,
             )
-            if task.name in self.tasks:
-                raise ValueError(f"task {task.name!r} is already registered")
-            self.tasks[task.name] = task
-            return task
+            return self._add(task)
 
         return register(fn) if fn is not None else register
+
+    def batch_task(
+        self,
+        args_type: Callable[P, T],
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Backoff | None = None,
+        priority: int = 0,
+        timeout: float | None = None,
+    ) -> Callable[[BatchTaskFn[T]], BatchTask[P, T]]:
+        """Register a batch task: ``@app.batch_task(Args, ...)`` above ``async def fn(conn,
+        items: list[Args])``. Its jobs are enqueued with ``Args``'s constructor arguments;
+        a worker hands ``fn`` up to ``batch_size`` of them at once, as ``Args`` objects, in
+        one transaction that completes them too. Options as for ``task``; ``timeout``
+        bounds each call of ``fn``."""
+
+        def register(f: BatchTaskFn[T]) -> BatchTask[P, T]:
+            task = BatchTask(
+                f,
+                args_type,
+                name=name or f"{_module_name(f)}.{f.__qualname__}",
+                options=EnqueueOptions(queue=queue, priority=priority, max_attempts=max_attempts),
+                backoff=retry,
+                timeout=timeout,
+            )
+            self._add(task)
+            return task
+
+        return register
+
+    def _add(self, task: Task[P]) -> Task[P]:
+        if task.name in self.tasks:
+            raise ValueError(f"task {task.name!r} is already registered")
+        self.tasks[task.name] = task
+        return task
 
     def periodic(
         self,
@@ -437,7 +565,7 @@ class App:
         """Every queue a task of this app is enqueued to by default."""
         return sorted({t.queue for t in self.tasks.values()})
 
-    def handlers(self, pool: AsyncConnectionPool) -> dict[str, Handler]:
+    def handlers(self, pool: AsyncConnectionPool) -> dict[str, AnyHandler]:
         return {name: task.handler(pool) for name, task in self.tasks.items()}
 
     def worker(

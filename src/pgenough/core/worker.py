@@ -16,6 +16,13 @@ Completion modes:
 - *transactional*: the handler calls ``complete(conn, job)`` in the transaction holding its
   own writes; both commit together, exactly once. The batched acknowledgement that follows
   finds nothing left to do.
+- *batch-transactional*: a ``BatchHandler`` gets the claimed jobs of its kind together
+  (up to ``batch_size``) with one pooled connection in one open transaction; the worker
+  completes all of them in that transaction (``complete_many``) and commits: exactly once,
+  one commit per batch. If the handler raises, the transaction rolls back and the batch is
+  bisected, each half in its own transaction, until the raising job fails alone through the
+  usual retry path. If a job's claim was lost meanwhile (reclaimed, cancelled), nothing of
+  that transaction commits: the handler runs again on the jobs still held.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
@@ -40,13 +47,20 @@ from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
 from pgenough.core.logcontext import context_with
 from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
-from pgenough.core.queue import DEFAULT_QUEUE, Job, job_from_row, refresh_queue_metrics
+from pgenough.core.queue import (
+    DEFAULT_QUEUE,
+    Job,
+    complete_many,
+    job_from_row,
+    refresh_queue_metrics,
+)
 from pgenough.core.retry import Backoff
 
 log = logging.getLogger(__name__)
 _Q = load("queue")
 
 Handler: TypeAlias = Callable[[Job], Awaitable[None]]
+BatchFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], Sequence[Job]], Awaitable[None]]
 
 DEFAULT_CONCURRENCY = 10
 DEFAULT_BATCH_SIZE = 10
@@ -61,7 +75,7 @@ INTERRUPTED = "interrupted: the worker shut down before the handler finished"
 class WorkerConfig:
     queue: str = DEFAULT_QUEUE
     concurrency: int = DEFAULT_CONCURRENCY
-    """Handlers running at once."""
+    """Jobs whose handlers run at once (a batch counts each of its jobs)."""
     batch_size: int = DEFAULT_BATCH_SIZE
     """Most jobs taken by one claim."""
     lease: float = DEFAULT_LEASE
@@ -86,6 +100,30 @@ class WorkerConfig:
             raise ValueError("shutdown_timeout must be >= 0")
 
 
+@dataclass(frozen=True)
+class BatchHandler:
+    """A handler of many jobs at once, in one transaction: batch-transactional completion.
+
+    ``fn(conn, jobs)`` runs in a transaction open on ``conn`` (a pooled connection); when it
+    returns, the worker completes every one of ``jobs`` in that same transaction and
+    commits, so their effects and their completions commit together, exactly once. Its
+    effects should be database writes on ``conn``: when a batch is retried (a job raised
+    and the batch is bisected, or a claim was lost and the rest runs again) the rolled-back
+    writes vanish, but a mail sent or an HTTP call made happens again.
+
+    ``check(job)``, when given, runs on each job before its batch does: raising there fails
+    that job alone (``GiveUp`` dead-letters it), and the batch runs without it. ``backoff``
+    is the retry policy of a job that fails alone (None: the queue's).
+    """
+
+    fn: BatchFn
+    backoff: Backoff | None = None
+    check: Callable[[Job], object] | None = None
+
+
+AnyHandler: TypeAlias = Handler | BatchHandler
+
+
 @dataclass
 class WorkerStats:
     claimed: int = 0
@@ -100,7 +138,7 @@ class _Executor:
     def __init__(
         self,
         pool: AsyncConnectionPool,
-        handlers: Mapping[str, Handler],
+        handlers: Mapping[str, AnyHandler],
         config: WorkerConfig,
         *,
         name: str,
@@ -113,6 +151,11 @@ class _Executor:
         self.stats = WorkerStats()
         self._rng = rng
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._finishing = 0
+        """In-flight jobs of batches whose handler has returned and whose completion is
+        committing: they no longer count against concurrency (as a batched ack in ``_done``
+        does not), so the next claim overlaps that commit. (Should the commit fail, the batch
+        runs again in halves while the next claim's jobs run: briefly past concurrency.)"""
         self._done: list[Job] = []
         self.wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -142,7 +185,7 @@ class _Executor:
         refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
         try:
             while not self._stopping.is_set():
-                free = self.config.concurrency - len(self._inflight)
+                free = self.config.concurrency - len(self._inflight) + self._finishing
                 if free < refill_at and self._inflight:
                     # Refill in batches: one claim per finished handler would cost a round
                     # trip and a commit per job.
@@ -165,8 +208,7 @@ class _Executor:
                         conn = None
                     await self._wait(delay)
                     continue
-                for job in jobs:
-                    self._start(job)
+                self._dispatch(jobs)
                 if len(jobs) < limit:
                     if until_idle and not jobs and not self._inflight and not self._done:
                         return
@@ -219,6 +261,17 @@ class _Executor:
 
     # -- running handlers -------------------------------------------------------------------
 
+    def _dispatch(self, jobs: list[Job]) -> None:
+        """One task per job, or per kind for the jobs of a batch handler."""
+        batches: dict[str, list[Job]] = {}
+        for job in jobs:
+            if isinstance(self.handlers.get(job.kind), BatchHandler):
+                batches.setdefault(job.kind, []).append(job)
+            else:
+                self._start(job)
+        for kind, batch in batches.items():
+            self._start_batch(kind, batch)
+
     def _start(self, job: Job) -> None:
         # Every line logged while the job runs (by the handler too) carries its id and queue.
         context = context_with(job_id=job.id, queue=self.config.queue)
@@ -234,17 +287,38 @@ class _Executor:
         try:
             if handler is None:
                 raise LookupError(f"no handler for job kind {job.kind!r} on this worker")
+            assert not isinstance(handler, BatchHandler)  # _dispatch runs those in batches
             await handler(job)
-        except LeaseLost:
-            self.stats.lost += 1
-            log.warning("%s: job %d lost its claim before completing", self.name, job.id)
-        except RetryIn as exc:
-            await self._fail(job, str(exc), exc.seconds, give_up=False)
-        except GiveUp as exc:
-            await self._fail(job, f"gave up: {exc}", 0.0, give_up=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            # A handler may carry its own retry policy (a task does).
+            await self._failed(job, exc, getattr(handler, "backoff", None))
+        else:
+            metrics.JOBS_COMPLETED.labels(queue).inc()
+            self.stats.completed += 1
+            self._done.append(job)
+        finally:
+            metrics.JOB_DURATION.labels(queue).observe(time.perf_counter() - started)
+            self._forget(job)
+
+    def _forget(self, job: Job) -> None:
+        """Take a finished job out of flight (unless its id is in flight for a newer claim)."""
+        entry = self._inflight.get(job.id)
+        if entry is not None and entry[0] is job:
+            del self._inflight[job.id]
+        self.wake.set()
+
+    async def _failed(self, job: Job, exc: Exception, backoff: Backoff | None) -> None:
+        """A job's attempt raised: retry it, dead-letter it, or note that it is lost."""
+        if isinstance(exc, LeaseLost):
+            self.stats.lost += 1
+            log.warning("%s: job %d lost its claim before completing", self.name, job.id)
+        elif isinstance(exc, RetryIn):
+            await self._fail(job, str(exc), exc.seconds, give_up=False)
+        elif isinstance(exc, GiveUp):
+            await self._fail(job, f"gave up: {exc}", 0.0, give_up=True)
+        else:
             log.warning(
                 "%s: job %d (%s) attempt %d failed: %r",
                 self.name,
@@ -253,19 +327,107 @@ class _Executor:
                 job.attempts,
                 exc,
             )
-            # A handler may carry its own retry policy (a task does).
-            backoff = getattr(handler, "backoff", None) or self.config.backoff
-            await self._fail(
-                job, _describe(exc), backoff.delay(job.attempts, self._rng), give_up=False
-            )
-        else:
-            metrics.JOBS_COMPLETED.labels(queue).inc()
-            self.stats.completed += 1
-            self._done.append(job)
+            delay = (backoff or self.config.backoff).delay(job.attempts, self._rng)
+            await self._fail(job, _describe(exc), delay, give_up=False)
+
+    # -- batch handlers: one transaction per batch --------------------------------------------
+
+    def _start_batch(self, kind: str, jobs: list[Job]) -> None:
+        handler = self.handlers[kind]
+        assert isinstance(handler, BatchHandler)
+        context = context_with(queue=self.config.queue, kind=kind, batch=len(jobs))
+        task = asyncio.create_task(
+            self._run_batch(handler, jobs),
+            name=f"{self.name}:batch-{jobs[0].id}+{len(jobs) - 1}",
+            context=context,
+        )
+        # Each job is in flight on its own (heartbeats, concurrency, shutdown), on one task.
+        for job in jobs:
+            self._inflight[job.id] = (job, task)
+
+    async def _run_batch(self, handler: BatchHandler, jobs: list[Job]) -> None:
+        started = time.perf_counter()
+        try:
+            runnable = jobs
+            if handler.check is not None:
+                runnable = []
+                for job in jobs:
+                    try:
+                        handler.check(job)
+                    except Exception as exc:
+                        await self._failed(job, exc, handler.backoff)
+                        self._forget(job)
+                    else:
+                        runnable.append(job)
+            await self._run_group(handler, runnable)
         finally:
-            metrics.JOB_DURATION.labels(queue).observe(time.perf_counter() - started)
-            self._inflight.pop(job.id, None)
-            self.wake.set()
+            metrics.JOB_DURATION.labels(self.config.queue).observe(time.perf_counter() - started)
+            for job in jobs:  # the ones still here were interrupted
+                self._forget(job)
+
+    async def _run_group(self, handler: BatchHandler, jobs: list[Job]) -> None:
+        """Run ``jobs`` in one transaction; on a raise, bisect until the raising job fails
+        alone; on a lost claim, run again on the jobs still held."""
+        while jobs:
+            try:
+                held = await self._transact(handler, jobs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if len(jobs) == 1:
+                    await self._failed(jobs[0], exc, handler.backoff)
+                    self._forget(jobs[0])
+                    return
+                log.info(
+                    "%s: a batch of %d %s job(s) raised %r; running it in halves",
+                    self.name,
+                    len(jobs),
+                    jobs[0].kind,
+                    exc,
+                )
+                half = len(jobs) // 2
+                await self._run_group(handler, jobs[:half])
+                await self._run_group(handler, jobs[half:])
+                return
+            lost = [j for j in jobs if j.id not in held]
+            if not lost:
+                metrics.JOBS_COMPLETED.labels(self.config.queue).inc(len(jobs))
+                self.stats.completed += len(jobs)
+                for job in jobs:
+                    self._forget(job)
+                return
+            self.stats.lost += len(lost)
+            log.warning(
+                "%s: %d job(s) of a batch lost their claims before completing (%s);"
+                " rolled back, running the other %d again",
+                self.name,
+                len(lost),
+                ", ".join(str(j.id) for j in lost[:10]),
+                len(jobs) - len(lost),
+            )
+            for job in lost:
+                self._forget(job)
+            jobs = [j for j in jobs if j.id in held]
+
+    async def _transact(self, handler: BatchHandler, jobs: list[Job]) -> set[int]:
+        """``handler.fn`` and the completion of ``jobs`` in one transaction; the ids that were
+        still ours. It committed only if that is all of them."""
+        held: set[int] = set()
+        finishing = 0
+        try:
+            async with self.pool.connection() as conn, conn.transaction() as tx:
+                await handler.fn(conn, jobs)
+                finishing = len(jobs)
+                self._finishing += finishing
+                self.wake.set()
+                held = await complete_many(conn, jobs)
+                if len(held) < len(jobs):
+                    # A lost job's effect is its new owner's to commit (or, cancelled, no
+                    # one's); the others' may depend on it, so none of this one commits.
+                    raise psycopg.Rollback(tx)
+        finally:
+            self._finishing -= finishing
+        return held
 
     async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
         queue = self.config.queue
@@ -335,7 +497,7 @@ class _Executor:
         """Let running handlers finish, interrupt the rest and give their claims back."""
         if not self._inflight:
             return
-        tasks = [task for _, task in self._inflight.values()]
+        tasks = {task for _, task in self._inflight.values()}  # a batch's jobs share one
         _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout)
         interrupted = [job for job, task in self._inflight.values() if task in pending]
         for task in pending:
@@ -371,6 +533,8 @@ class Worker:
     the attempt (retried with backoff, dead-lettered when attempts are spent), raise
     ``RetryIn(seconds)`` to choose the delay, ``GiveUp`` to dead-letter at once. A handler
     with a ``backoff`` attribute (a task does) retries on that policy instead of the queue's.
+    A ``BatchHandler`` takes the claimed jobs of its kind together, in one transaction that
+    also completes them (see the module's "Completion modes").
 
     Each ``WorkerConfig`` (one per queue; the default queue when none is given) gets its own
     executor: claim loop, concurrency, lease and heartbeat. The process shares the rest, as
@@ -382,7 +546,7 @@ class Worker:
     def __init__(
         self,
         pool: AsyncConnectionPool,
-        handlers: Mapping[str, Handler],
+        handlers: Mapping[str, AnyHandler],
         *configs: WorkerConfig,
         name: str | None = None,
         rng: random.Random | None = None,

@@ -87,6 +87,14 @@ DELETE FROM pgenough.jobs
 WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
 RETURNING id
 
+-- name: complete_many
+-- Complete a batch handler's jobs inside its transaction. Returns the ids still this claim
+-- (state and attempts); a missing one was reclaimed or cancelled meanwhile.
+DELETE FROM pgenough.jobs j
+USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempts)
+WHERE j.id = d.id AND j.attempts = d.attempts AND j.state = 'running'
+RETURNING j.id
+
 -- name: fail
 -- Record a failed attempt: back to ready after %(delay)s seconds, or dead when the attempts
 -- are spent or the handler gave up. Keeps the last 20 errors.
