@@ -87,6 +87,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext
 from multiprocessing.queues import Queue as MPQueue
+from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,9 @@ class FanoutSpec:
     url: str
     subscribers: int
     messages: int
+    """At most this many messages..."""
+    seconds: float
+    """...or publishing for at most this long, whichever ends first."""
 
 
 @dataclass
@@ -182,13 +186,11 @@ def payload(seq: int) -> str:
 class _Tally:
     """One subscriber's receipts."""
 
-    def __init__(self, messages: int) -> None:
-        self.messages = messages
+    def __init__(self) -> None:
         self.count = 0
         self.seen: set[int] = set()
         self.last = 0.0
         self.latencies: list[float] = []
-        self.done = asyncio.Event()
         self.gaps = 0
 
     def add(self, text: str | bytes) -> None:
@@ -198,21 +200,27 @@ class _Tally:
         self.seen.add(body["seq"])
         self.last = now
         self.latencies.append(now - body["t"])
-        if len(self.seen) >= self.messages:
-            self.done.set()
 
 
-async def _until_done_or_idle(tallies: Sequence[_Tally], since: float) -> None:
-    """Return once every subscriber has every message or went IDLE_S without one."""
+async def _until_done_or_idle(tallies: Sequence[_Tally], published: Synchronized[int]) -> None:
+    """Once the publisher is done (``published`` > 0), return when every subscriber has every
+    message or got none for IDLE_S."""
+    since = 0.0
     while True:
-        now = time.time()
-        if all(t.done.is_set() or now - max(t.last, since) > IDLE_S for t in tallies):
-            return
         await asyncio.sleep(0.05)
+        n = published.value
+        if not n:
+            continue
+        now = time.time()
+        since = since or now
+        if all(len(t.seen) >= n or now - max(t.last, since) > IDLE_S for t in tallies):
+            return
 
 
-async def _fanout_subscribers(spec: FanoutSpec, count: int, barrier: Barrier) -> SubscriberReport:
-    tallies = [_Tally(spec.messages) for _ in range(count)]
+async def _fanout_subscribers(
+    spec: FanoutSpec, count: int, barrier: Barrier, published: Synchronized[int]
+) -> SubscriberReport:
+    tallies = [_Tally() for _ in range(count)]
     stack = contextlib.AsyncExitStack()
     consumers: list[asyncio.Task[None]] = []
     async with stack:
@@ -225,8 +233,6 @@ async def _fanout_subscribers(spec: FanoutSpec, count: int, barrier: Barrier) ->
                         tally.gaps += 1
                         continue
                     tally.add(item.payload)
-                    if tally.done.is_set():
-                        return
 
             consumers = [
                 asyncio.create_task(consume_sub(s, t)) for s, t in zip(subs, tallies, strict=True)
@@ -243,8 +249,6 @@ async def _fanout_subscribers(spec: FanoutSpec, count: int, barrier: Barrier) ->
                 while True:
                     async for n in conn.notifies(timeout=1.0):
                         tally.add(n.payload)
-                        if tally.done.is_set():
-                            return
 
             consumers = [
                 asyncio.create_task(consume_conn(c, t)) for c, t in zip(conns, tallies, strict=True)
@@ -262,7 +266,7 @@ async def _fanout_subscribers(spec: FanoutSpec, count: int, barrier: Barrier) ->
                 await nc.subscribe(CHANNEL, cb=on_msg)
                 await nc.flush()  # the server knows the subscription before the publisher starts
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
-        await _until_done_or_idle(tallies, time.time())
+        await _until_done_or_idle(tallies, published)
         for task in consumers:
             task.cancel()
         await asyncio.gather(*consumers, return_exceptions=True)
@@ -276,18 +280,29 @@ async def _fanout_subscribers(spec: FanoutSpec, count: int, barrier: Barrier) ->
 
 
 def _fanout_process_main(
-    spec: FanoutSpec, count: int, barrier: Barrier, reports: MPQueue[SubscriberReport]
+    spec: FanoutSpec,
+    count: int,
+    barrier: Barrier,
+    published: Synchronized[int],
+    reports: MPQueue[SubscriberReport],
 ) -> None:
     try:
-        report = asyncio.run(_fanout_subscribers(spec, count, barrier))
+        report = asyncio.run(_fanout_subscribers(spec, count, barrier, published))
     except BaseException:
         barrier.abort()
         report = SubscriberReport(error=traceback.format_exc())
     reports.put(report)
 
 
-async def _publish_all(system: str, url: str, messages: int) -> tuple[float, float]:
-    """Publish ``messages`` as fast as one publisher can; (first publish time, seconds)."""
+async def _publish_all(spec: FanoutSpec) -> tuple[float, float, int]:
+    """Publish as fast as one publisher can, ``spec.messages`` or for ``spec.seconds``,
+    whichever ends first; (first publish time, seconds, messages published)."""
+    system, url, messages = spec.system, spec.url, spec.messages
+    seq = 0
+
+    def more() -> bool:
+        return seq < messages and time.perf_counter() - start < spec.seconds
+
     if system == "nats":
         import nats
 
@@ -295,31 +310,31 @@ async def _publish_all(system: str, url: str, messages: int) -> tuple[float, flo
         try:
             first = time.time()
             start = time.perf_counter()
-            for seq in range(messages):
+            while more():
                 await nc.publish(CHANNEL, payload(seq).encode())
+                seq += 1
             await nc.flush()
-            return first, time.perf_counter() - start
+            return first, time.perf_counter() - start, seq
         finally:
             await nc.close()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         first = time.time()
         start = time.perf_counter()
-        if system == "pgenough":
-            for seq in range(messages):
-                await publish(conn, CHANNEL, payload(seq))
-        elif system == PUB_BATCHED:
-            for base in range(0, messages, PUB_BATCH):
-                async with conn.transaction():
-                    for seq in range(base, min(messages, base + PUB_BATCH)):
-                        await publish(conn, CHANNEL, payload(seq))
-        elif system == PUB_ASYNC_COMMIT:
+        if system == PUB_ASYNC_COMMIT:
             await conn.execute("SET synchronous_commit = off")
-            for seq in range(messages):
-                await publish(conn, CHANNEL, payload(seq))
-        else:
-            for seq in range(messages):
+        while more():
+            if system == PUB_BATCHED:
+                async with conn.transaction():
+                    for _ in range(PUB_BATCH):
+                        await publish(conn, CHANNEL, payload(seq))
+                        seq += 1
+            elif system == "notify":
                 await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload(seq)))
-        return first, time.perf_counter() - start
+                seq += 1
+            else:
+                await publish(conn, CHANNEL, payload(seq))
+                seq += 1
+        return first, time.perf_counter() - start, seq
 
 
 def _percentile(samples: Sequence[float], q: int) -> float:
@@ -330,11 +345,11 @@ def _percentile(samples: Sequence[float], q: int) -> float:
 
 def run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) -> FanoutPoint:
     if spec.subscribers == 0:
-        _, publish_s = asyncio.run(_publish_all(spec.system, spec.url, spec.messages))
+        _, publish_s, sent = asyncio.run(_publish_all(spec))
         return FanoutPoint(
             spec.system,
             0,
-            spec.messages,
+            sent,
             publish_s,
             0,
             0.0,
@@ -350,9 +365,14 @@ def run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) ->
         spec.subscribers // processes + (i < spec.subscribers % processes) for i in range(processes)
     ]
     barrier = ctx.Barrier(processes + 1)
+    published = ctx.Value("q", 0)
     reports: MPQueue[SubscriberReport] = ctx.Queue()
     procs = [
-        ctx.Process(target=_fanout_process_main, args=(spec, n, barrier, reports), daemon=True)
+        ctx.Process(
+            target=_fanout_process_main,
+            args=(spec, n, barrier, published, reports),
+            daemon=True,
+        )
         for n in shares
     ]
     for p in procs:
@@ -360,7 +380,8 @@ def run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) ->
     try:
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(BARRIER_TIMEOUT)
-        first, publish_s = asyncio.run(_publish_all(spec.system, spec.url, spec.messages))
+        first, publish_s, sent = asyncio.run(_publish_all(spec))
+        published.value = sent
         got = [reports.get(timeout=BARRIER_TIMEOUT + IDLE_S * 4) for _ in procs]
         for p in procs:
             p.join(30)
@@ -379,13 +400,13 @@ def run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) ->
     return FanoutPoint(
         system=spec.system,
         subscribers=spec.subscribers,
-        messages=spec.messages,
+        messages=sent,
         publish_s=publish_s,
         delivered=sum(received),
         elapsed_s=last - first if last else 0.0,
         p50_ms=_percentile(latencies, 50) * 1000,
         p99_ms=_percentile(latencies, 99) * 1000,
-        lost=sum(spec.messages - d for d in distinct),
+        lost=sum(sent - d for d in distinct),
         duplicates=sum(r - d for r, d in zip(received, distinct, strict=True)),
         gaps=sum(r.gaps for r in got),
         busy=busy,
@@ -411,7 +432,7 @@ def nats_available() -> str | None:
 
 
 def fanout(
-    server: Server, subscribers: Sequence[int], messages: int, quiet_wait: float
+    server: Server, subscribers: Sequence[int], messages: int, seconds: float, quiet_wait: float
 ) -> list[FanoutPoint]:
     systems = ["pgenough", "notify"]
     why = nats_available()
@@ -422,14 +443,15 @@ def fanout(
     url = server.database("boundary_fanout")
     asyncio.run(_migrate(url))  # publish() of large payloads needs pgenough.messages
     print(
-        f"fanout: {messages:,} messages of {MESSAGE_BYTES} bytes per point, subscribers "
+        f"fanout: up to {messages:,} messages of {MESSAGE_BYTES} bytes or {seconds:g} s of "
+        f"publishing per point, subscribers "
         f"{list(subscribers)}, systems {systems}, up to {MAX_PROCESSES} subscriber processes\n"
     )
     ctx = multiprocessing.get_context("spawn")
     points = []
     for variant in PUBLISHER_ONLY:
         busy = wait_quiet(quiet_wait)
-        point = run_fanout_point(ctx, FanoutSpec(variant, url, 0, messages), busy)
+        point = run_fanout_point(ctx, FanoutSpec(variant, url, 0, messages, seconds), busy)
         points.append(point)
         print(
             f"{variant} publisher alone: {point.publish_rate:>9,.0f} msgs/s, "
@@ -439,7 +461,7 @@ def fanout(
     for system in systems:
         for s in (0, *subscribers):
             busy = wait_quiet(quiet_wait)
-            point = run_fanout_point(ctx, FanoutSpec(system, url, s, messages), busy)
+            point = run_fanout_point(ctx, FanoutSpec(system, url, s, messages, seconds), busy)
             points.append(point)
             if s == 0:
                 print(
@@ -1034,6 +1056,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="smoke run: 200 messages, subscribers 1,4,16; workers 1,4; 1,000 jobs",
     )
     parser.add_argument("--messages", type=int, default=None, help="per fan-out point (2000)")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="most publishing per fan-out point (5)"
+    )
     parser.add_argument("--jobs", type=int, default=None, help="per drain (default 5000)")
     parser.add_argument("--pool-size", type=int, default=8, help="PgBouncer default_pool_size")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="embedded server")
@@ -1071,6 +1096,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"unknown sub-benchmark(s) {sorted(unknown)}; choose from {SUBBENCHMARKS}")
     subscribers = (1, 4, 16) if args.quick else (1, 2, 4, 8, 16, 32, 64)
     messages = args.messages or (200 if args.quick else 2_000)
+    seconds = args.seconds or (2.0 if args.quick else 5.0)
     workers = (1, 4) if args.quick else (1, 2, 4, 8, 16)
     jobs = args.jobs or (1_000 if args.quick else 5_000)
     note = f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}"
@@ -1087,13 +1113,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         results["settings"] = server.settings
         if "fanout" in which:
             began = time.perf_counter()
-            points = fanout(server, subscribers, messages, args.quiet_wait)
+            points = fanout(server, subscribers, messages, seconds, args.quiet_wait)
             report_fanout(points)
             plot_fanout(points, args.img_dir / "boundary-fanout.png", note)
             took = time.perf_counter() - began
             print(f"fanout took {took:.0f} s\n")
             results["fanout"] = {
                 "messages": messages,
+                "publish_seconds": seconds,
                 "seconds": took,
                 "points": [
                     {
