@@ -167,6 +167,8 @@ class FanoutPoint:
     duplicates: int
     gaps: int
     busy: float | None
+    refused: str | None = None
+    """Why the point could not run (the server refused a connection: max_connections)."""
 
     @property
     def delivered_rate(self) -> float:
@@ -343,7 +345,35 @@ def _percentile(samples: Sequence[float], q: int) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 
+TOO_MANY = "too many clients"
+"""PostgreSQL's refusal past max_connections: a measured outcome, reported as such."""
+
+
 def run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) -> FanoutPoint:
+    try:
+        return _run_fanout_point(ctx, spec, busy)
+    except (psycopg.OperationalError, RuntimeError) as exc:
+        if TOO_MANY not in str(exc):
+            raise
+        nan = float("nan")
+        return FanoutPoint(
+            spec.system,
+            spec.subscribers,
+            0,
+            nan,
+            0,
+            0.0,
+            nan,
+            nan,
+            0,
+            0,
+            0,
+            busy,
+            refused=f"server refused a connection ({TOO_MANY}, max_connections)",
+        )
+
+
+def _run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) -> FanoutPoint:
     if spec.subscribers == 0:
         _, publish_s, sent = asyncio.run(_publish_all(spec))
         return FanoutPoint(
@@ -470,6 +500,9 @@ def fanout(
                     flush=True,
                 )
                 continue
+            if point.refused:
+                print(f"{system:>8} S={s:>2}: REFUSED: {point.refused}", flush=True)
+                continue
             print(
                 f"{system:>8} S={s:>2}: delivered {point.delivered_rate:>9,.0f} msgs/s, publish "
                 f"{point.publish_rate:>8,.0f} msgs/s, latency p50 {point.p50_ms:8.1f} ms p99 "
@@ -490,6 +523,9 @@ def report_fanout(points: Sequence[FanoutPoint]) -> None:
     rows = []
     for p in points:
         if p.subscribers == 0:
+            continue
+        if p.refused:
+            rows.append([p.system, str(p.subscribers), "REFUSED", "", "", "", "", "", p.refused])
             continue
         rows.append(
             [
@@ -525,11 +561,14 @@ def report_fanout(points: Sequence[FanoutPoint]) -> None:
         "\npublisher alone (no subscriber): "
         + ", ".join(f"{s} {r:,.0f} msgs/s" for s, r in alone.items())
     )
-    base = {p.subscribers: p for p in points if p.system == "notify"}
+    base = {p.subscribers: p for p in points if p.system == "notify" and not p.refused}
     ratios = [
         f"S={p.subscribers}: {p.delivered_rate / base[p.subscribers].delivered_rate:.2f}x"
         for p in points
-        if p.system == "pgenough" and p.subscribers in base and base[p.subscribers].delivered_rate
+        if p.system == "pgenough"
+        and not p.refused
+        and p.subscribers in base
+        and base[p.subscribers].delivered_rate
     ]
     print("pgenough / plain LISTEN-NOTIFY, delivered: " + ", ".join(ratios))
 
@@ -543,7 +582,7 @@ def plot_fanout(points: Sequence[FanoutPoint], path: Path, note: str) -> None:
     fig, (ax, lat) = plt.subplots(1, 2, figsize=(11, 4.5))
     labels = {"pgenough": "pgenough pub/sub", "notify": "plain LISTEN/NOTIFY", "nats": "NATS core"}
     for system in dict.fromkeys(p.system for p in points if p.subscribers > 0):
-        pts = [p for p in points if p.system == system and p.subscribers > 0]
+        pts = [p for p in points if p.system == system and p.subscribers > 0 and not p.refused]
         xs = [p.subscribers for p in pts]
         ax.plot(xs, [p.delivered_rate for p in pts], marker="o", label=labels[system])
         lat.plot(xs, [p.p99_ms for p in pts], marker="o", label=f"{labels[system]} p99")
@@ -602,6 +641,8 @@ class ConnPoint:
     busy: float | None
     left: int = 0
     """Jobs still in the table when the drain gave up (DRAIN_TIMEOUT): 0 for a full drain."""
+    refused: str | None = None
+    """Set when a worker could not start because the server refused its connections."""
 
     @property
     def rate(self) -> float:
@@ -919,7 +960,19 @@ def connections(
             # transaction pooling (pooler_checks shows the error): the setting made for it.
             extra = {"PGENOUGH_PREPARED_STATEMENTS": "false"} if bouncer else {}
             for w in workers:
-                point = run_conn_point(mode, worker_url, direct, dbname, w, jobs, quiet_wait, extra)
+                try:
+                    point = run_conn_point(
+                        mode, worker_url, direct, dbname, w, jobs, quiet_wait, extra
+                    )
+                except RuntimeError as exc:
+                    if TOO_MANY not in str(exc):
+                        raise
+                    why = f"a worker's connection was refused ({TOO_MANY}, max_connections)"
+                    points.append(
+                        ConnPoint(mode, w, jobs, 0, 0, 0, 0.0, 0.0, [], [], None, refused=why)
+                    )
+                    print(f"{mode:>9} W={w:>2}: REFUSED: {why}", flush=True)
+                    continue
                 points.append(point)
                 print(
                     f"{mode:>9} W={w:>2}: server conns idle {point.idle_conns:>3}, peak "
@@ -945,7 +998,9 @@ def report_connections(
 ) -> None:
     print(f"\n## Server connections vs worker processes (max_connections {max_connections})\n")
     rows = [
-        [
+        [p.mode, str(p.workers), "REFUSED", "", "", "", "", "", "", p.refused]
+        if p.refused
+        else [
             p.mode,
             str(p.workers),
             str(p.idle_conns),
@@ -1007,7 +1062,7 @@ def plot_connections(
 
     fig, (ax, rate) = plt.subplots(1, 2, figsize=(11, 4.5))
     for mode in dict.fromkeys(p.mode for p in points):
-        pts = [p for p in points if p.mode == mode]
+        pts = [p for p in points if p.mode == mode and not p.refused]
         xs = [p.workers for p in pts]
         label = "direct" if mode == "direct" else f"PgBouncer (pool {pool_size})"
         ax.plot(xs, [p.peak_conns for p in pts], marker="o", label=f"{label}: peak")
