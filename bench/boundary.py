@@ -84,7 +84,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from multiprocessing.context import SpawnContext
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.sharedctypes import Synchronized
@@ -94,7 +94,7 @@ from typing import Any
 
 import psycopg
 from bench._boundary_tasks import noop
-from bench.queue import Server, fmt_busy, table, version_of, wait_quiet
+from bench.queue import QUIET_BUSY, Server, fmt_busy, table, version_of, wait_quiet
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgenough.core import Gap, migrate, publish, start_embedded, subscribe
@@ -573,6 +573,17 @@ def report_fanout(points: Sequence[FanoutPoint]) -> None:
     print("pgenough / plain LISTEN-NOTIFY, delivered: " + ", ".join(ratios))
 
 
+def load_note(busy: Sequence[float | None]) -> str:
+    """What the image says about other load on the machine while it was measured."""
+    noisy = sum(1 for b in busy if b is not None and b > QUIET_BUSY)
+    if not noisy:
+        return "machine idle before every point"
+    return (
+        f"measured with other work running: CPU >{QUIET_BUSY:.0%} busy before {noisy} of "
+        f"{len(busy)} points"
+    )
+
+
 def plot_fanout(points: Sequence[FanoutPoint], path: Path, note: str) -> None:
     import matplotlib
 
@@ -581,12 +592,22 @@ def plot_fanout(points: Sequence[FanoutPoint], path: Path, note: str) -> None:
 
     fig, (ax, lat) = plt.subplots(1, 2, figsize=(11, 4.5))
     labels = {"pgenough": "pgenough pub/sub", "notify": "plain LISTEN/NOTIFY", "nats": "NATS core"}
-    for system in dict.fromkeys(p.system for p in points if p.subscribers > 0):
+    systems = dict.fromkeys(p.system for p in points if p.subscribers > 0)
+    for system, color in zip(systems, ("C0", "C1", "C2", "C3"), strict=False):
         pts = [p for p in points if p.system == system and p.subscribers > 0 and not p.refused]
         xs = [p.subscribers for p in pts]
-        ax.plot(xs, [p.delivered_rate for p in pts], marker="o", label=labels[system])
-        lat.plot(xs, [p.p99_ms for p in pts], marker="o", label=f"{labels[system]} p99")
-        lat.plot(xs, [p.p50_ms for p in pts], marker=".", ls=":", label=f"{labels[system]} p50")
+        name = labels.get(system, system)
+        ax.plot(xs, [p.delivered_rate for p in pts], marker="o", color=color, label=name)
+        ax.plot(
+            xs,
+            [p.publish_rate for p in pts],
+            marker=".",
+            ls="--",
+            color=color,
+            label=f"{name}: published/s",
+        )
+        lat.plot(xs, [p.p99_ms for p in pts], marker="o", color=color, label=f"{name} p99")
+        lat.plot(xs, [p.p50_ms for p in pts], marker=".", ls=":", color=color, label=f"{name} p50")
         lost = [p for p in pts if p.lost]
         if lost:
             ax.scatter(
@@ -603,15 +624,27 @@ def plot_fanout(points: Sequence[FanoutPoint], path: Path, note: str) -> None:
         a.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         a.set_xlabel("subscribers (one connection each)")
         a.grid(True, alpha=0.3)
-    ax.set_ylabel("delivered messages/s (all subscribers)")
+    ax.set_yscale("log")
+    top = max((p.delivered_rate for p in points if p.subscribers > 0), default=1.0)
+    ax.set_ylim(top=max(top, 1.0) * 30)  # room for the legend above the curves
+    ax.set_ylabel("messages/s (solid: delivered to all subscribers)")
     ax.set_title("Fan-out throughput (red x: messages lost)")
     lat.set_yscale("log")
     lat.set_ylabel("publish-to-receipt latency, ms")
     lat.set_title("Delivery latency")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=6.5, loc="upper left", ncol=2)
     lat.legend(fontsize=7)
     fig.suptitle(
-        f"Pub/sub fan-out, one publisher, {MESSAGE_BYTES}-byte messages. {note}", fontsize=9
+        "; ".join(
+            x
+            for x in (
+                f"Pub/sub fan-out, one publisher, {MESSAGE_BYTES}-byte messages",
+                note,
+                load_note([p.busy for p in points]),
+            )
+            if x
+        ),
+        fontsize=9,
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -1061,13 +1094,24 @@ def plot_connections(
     import matplotlib.pyplot as plt
 
     fig, (ax, rate) = plt.subplots(1, 2, figsize=(11, 4.5))
-    for mode in dict.fromkeys(p.mode for p in points):
+    for mode, color in zip(dict.fromkeys(p.mode for p in points), ("C0", "C1"), strict=False):
         pts = [p for p in points if p.mode == mode and not p.refused]
         xs = [p.workers for p in pts]
-        label = "direct" if mode == "direct" else f"PgBouncer (pool {pool_size})"
-        ax.plot(xs, [p.peak_conns for p in pts], marker="o", label=f"{label}: peak")
-        ax.plot(xs, [p.idle_conns for p in pts], marker=".", ls=":", label=f"{label}: idle")
-        rate.plot(xs, [p.rate for p in pts], marker="o", label=label)
+        label = "direct" if mode == "direct" else f"PgBouncer ({pool_size})"
+        ax.plot(xs, [p.peak_conns for p in pts], marker="o", color=color, label=f"{label}: peak")
+        ax.plot(
+            xs, [p.idle_conns for p in pts], marker=".", ls=":", color=color, label=f"{label}: idle"
+        )
+        ax.plot(
+            xs,
+            [p.peak_all for p in pts],
+            marker="x",
+            ls="--",
+            lw=0.8,
+            color=color,
+            label=f"{label}: whole server (other work included)",
+        )
+        rate.plot(xs, [p.rate for p in pts], marker="o", color=color, label=label)
     ax.axhline(max_connections, color="red", ls="--", lw=1, label="max_connections")
     for a in (ax, rate):
         a.set_xscale("log", base=2)
@@ -1075,14 +1119,26 @@ def plot_connections(
         a.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         a.set_xlabel("worker processes (pgenough worker run)")
         a.grid(True, alpha=0.3)
-    ax.set_ylabel("server connections of the database")
+    ax.set_ylim(0, max_connections * 1.6)  # room for the legend above max_connections
+    ax.set_ylabel("server connections")
     ax.set_title("PostgreSQL connections vs workers")
     rate.set_ylabel("drain jobs/s")
     rate.set_title("Drain rate, direct vs through the pooler")
     rate.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
     rate.legend(fontsize=8)
-    fig.suptitle(f"Connections and pooling, no-op jobs. {note}", fontsize=9)
+    fig.suptitle(
+        "; ".join(
+            x
+            for x in (
+                "Connections and pooling, no-op jobs",
+                note,
+                load_note([p.busy for p in points]),
+            )
+            if x
+        ),
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -1125,6 +1181,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--img-dir", type=Path, default=IMG, help="where the PNGs go")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--replot", type=Path, default=None, help="only render the images from a --json file"
+    )
     return parser.parse_args(argv)
 
 
@@ -1143,8 +1202,37 @@ def open_server(data_dir: Path) -> Iterator[Server]:
         server.drop_all()
 
 
+def replot(path: Path, img_dir: Path) -> None:
+    """Render the images again from a ``--json`` file, without measuring anything."""
+    saved = json.loads(path.read_text())
+    note = saved.get("note", "")
+    fanout_fields = {f.name for f in fields(FanoutPoint)}
+    conn_fields = {f.name for f in fields(ConnPoint)}
+    if "fanout" in saved:
+        points = [
+            FanoutPoint(**{k: v for k, v in p.items() if k in fanout_fields})
+            for p in saved["fanout"]["points"]
+        ]
+        plot_fanout(points, img_dir / "boundary-fanout.png", note)
+    if "connections" in saved:
+        cpoints = [
+            ConnPoint(**{k: v for k, v in p.items() if k in conn_fields})
+            for p in saved["connections"]["points"]
+        ]
+        plot_connections(
+            cpoints,
+            img_dir / "boundary-connections.png",
+            int(saved["settings"]["max_connections"]),
+            int(saved["connections"].get("pool_size", 8)),
+            note,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.replot:
+        replot(args.replot, args.img_dir)
+        return
     which = args.which or list(SUBBENCHMARKS)
     unknown = set(which) - set(SUBBENCHMARKS)
     if unknown:
@@ -1155,7 +1243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     workers = (1, 4) if args.quick else (1, 2, 4, 8, 16)
     jobs = args.jobs or (1_000 if args.quick else 5_000)
     note = f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}"
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"note": note}
     with open_server(args.data_dir) as server:
         print(f"server: {server.description}")
         print("settings: " + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
@@ -1203,6 +1291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"connections took {took:.0f} s")
             results["connections"] = {
                 "jobs": jobs,
+                "pool_size": args.pool_size,
                 "seconds": took,
                 "pgbouncer": bouncer,
                 "points": [{**asdict(p), "rate": p.rate} for p in cpoints],
