@@ -1109,7 +1109,7 @@ def plot_connections(
             ls="--",
             lw=0.8,
             color=color,
-            label=f"{label}: whole server (other work included)",
+            label=f"{label}: server total",
         )
         rate.plot(xs, [p.rate for p in pts], marker="o", color=color, label=label)
     ax.axhline(max_connections, color="red", ls="--", lw=1, label="max_connections")
