@@ -369,6 +369,7 @@ async def _ready_core_pool(
         database_url(settings.database_url, settings.data_dir),
         max_size=max_size or settings.pool_max_size,
         name=name,
+        prepared_statements=settings.prepared_statements,
     )
     async with pool.connection() as conn:
         await migrate(conn, layers)

@@ -118,6 +118,12 @@ class Settings(BaseSettings):
         " concurrency + 4).",
     )
 
+    prepared_statements: bool = Field(
+        default=True,
+        description="Let workers prepare repeated statements server-side; turn off behind a"
+        " transaction-pooling PgBouncer older than 1.21 (it cannot carry them).",
+    )
+
     worker_concurrency: int = Field(default=10, ge=1)
     worker_lease: float = Field(default=30.0, gt=0, description="Seconds; heartbeat every 1/3.")
     worker_poll_interval: float = Field(default=2.0, gt=0)

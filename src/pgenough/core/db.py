@@ -161,6 +161,7 @@ async def open_pool(
     timeout: float = 30.0,
     statement_timeout: float | None = None,
     wait: bool = True,
+    prepared_statements: bool = True,
 ) -> AsyncConnectionPool:
     """Open an autocommit connection pool once the server answers.
 
@@ -168,6 +169,9 @@ async def open_pool(
     broken connections are discarded and replaced. ``statement_timeout`` (seconds) cancels
     any statement of its sessions that runs longer. ``wait=False`` returns at once and lets
     the pool connect in the background, for a caller that must start without the database.
+    ``prepared_statements=False`` stops psycopg preparing repeated statements server-side:
+    behind a transaction-pooling PgBouncer older than 1.21 a prepared statement lives on one
+    server connection and the next transaction may run on another.
     """
     if wait:
         await probe(url, timeout=timeout)
@@ -180,7 +184,11 @@ async def open_pool(
         name=name,
         open=False,
         timeout=timeout,
-        kwargs={"autocommit": True, "application_name": name},
+        kwargs={
+            "autocommit": True,
+            "application_name": name,
+            **({} if prepared_statements else {"prepare_threshold": None}),
+        },
         check=AsyncConnectionPool.check_connection,
     )
     if wait:
