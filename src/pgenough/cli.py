@@ -636,7 +636,7 @@ def worker_process(
             max_size=max(settings.pool_max_size, config.concurrency + 4),
         )
         try:
-            worker = process_worker(pool, config)
+            worker = process_worker(pool, config, settings.pacing_config())
             console = progress.console() if until_idle else None
             if console is None:
                 stats = await worker.run(until_idle=until_idle, handle_signals=True)
