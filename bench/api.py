@@ -65,9 +65,11 @@ Then the whole ranges and deep pages below, and then **during ingestion** (issue
 
 For each: ``cold@1000 alone [placement]`` (the baseline of its ratios, measured placed), then
 a new snapshot (``?version=k`` of the same ``--plans`` plans) fetched and then processed into
-the same database, once without pacing (``PGENOUGH_INGEST_PACING_MAX_PAUSE=0`` in the workers'
-environment) and once with the product's default pacing (the API publishes its bulkhead's
-pressure, the workers pause between chunks: ``src/pgenough/plans/pacing.py``). wrk runs
+the same database, three times: without pacing (``PGENOUGH_INGEST_PACING_MAX_PAUSE=0`` in the
+workers' environment), with the product's default pacing (the API publishes its bulkhead's
+pressure, the workers pause between chunks: ``src/pgenough/plans/pacing.py``), and with that
+pacing and ``PGENOUGH_INGEST_NICE=10`` (the workers lower their own priority; the bench
+renices the simulator likewise, since it stands for a provider on another machine). wrk runs
 ``cold@1000`` for the *whole* of each phase: started once the fetch's first COPY batch landed
 (or the process's first chunk is claimed) and stopped with SIGINT when the phase's process
 exits (wrk still reports everything), so the p99 and 503 share cover the phase and the
@@ -186,8 +188,11 @@ PACING_ENV = "PGENOUGH_INGEST_PACING_MAX_PAUSE"
 THROTTLED = "fixed throttle"
 PACED = "pacing"
 THROTTLE_SOURCE = "bench-throttle"
-CELL_PAUSES = (DEFAULT_PACING_MAX_PAUSE,)
-"""Pacing of the ingestion cells besides none: the product's default."""
+NICE = 10
+NICE_ENV = "PGENOUGH_INGEST_NICE"
+CELLS = ((0.0, 0), (DEFAULT_PACING_MAX_PAUSE, 0), (DEFAULT_PACING_MAX_PAUSE, NICE))
+"""The ingestion cells of each placement, (max_pause, nice): none, the product's default
+pacing, and that pacing with the workers (and the simulator) at niceness NICE."""
 CURVE = (
     (THROTTLED, (0.0, 0.05, 0.1, 0.25, 0.5)),
     (PACED, (0.1, 0.25, 0.5, 1.0)),
@@ -596,6 +601,7 @@ class Cell:
 
     placement: str
     max_pause: float
+    nice: int
     fetch: Result
     process: Result
     fetch_s: float
@@ -604,15 +610,16 @@ class Cell:
 
     @property
     def pacing(self) -> str:
-        return pacing_label(self.max_pause)
+        return pacing_label(self.max_pause, self.nice)
 
     @property
     def rate(self) -> float:
         return self.plans / (self.fetch_s + self.process_s)
 
 
-def pacing_label(max_pause: float) -> str:
-    return f"pacing {max_pause:g}s" if max_pause else "no pacing"
+def pacing_label(max_pause: float, nice: int = 0) -> str:
+    label = f"pacing {max_pause:g}s" if max_pause else "no pacing"
+    return f"{label}, nice {nice}" if nice else label
 
 
 async def throttle(url: str, on: bool) -> None:
@@ -624,8 +631,8 @@ async def throttle(url: str, on: bool) -> None:
             await pacing.withdraw(conn, THROTTLE_SOURCE)
 
 
-def pacing_env(url: str, max_pause: float) -> dict[str, str]:
-    return {**worker_env(url), PACING_ENV: f"{max_pause:g}"}
+def pacing_env(url: str, max_pause: float, nice: int = 0) -> dict[str, str]:
+    return {**worker_env(url), PACING_ENV: f"{max_pause:g}", NICE_ENV: str(nice)}
 
 
 def ingest_cell(
@@ -635,18 +642,21 @@ def ingest_cell(
     version: int,
     placement: Placement,
     max_pause: float,
+    nice: int,
     tmp: Path,
 ) -> Cell:
     """Snapshot ``version`` fetched, then processed, with cold@1000 running for the whole of
     each phase (wrk stopped when the phase ends)."""
-    env = pacing_env(url, max_pause)
+    env = pacing_env(url, max_pause, nice)
     cmd = pgenough_command()
-    label = f"{placement.name}, {pacing_label(max_pause)}"
+    label = f"{placement.name}, {pacing_label(max_pause, nice)}"
     pin(api.proc.pid, placement.api)
     with (tmp / "ingest.log").open("ab") as log:
         sim = Simulator(plans, log, env, tmp)
         try:
             pin(sim.proc.pid, placement.ingest)
+            if nice:  # it stands for a provider elsewhere: it too yields the CPU
+                os.setpriority(os.PRIO_PROCESS, sim.proc.pid, nice)
             provider = f"sim={sim.url}?version={version}"
             fetch = Phase(
                 "fetch",
@@ -707,6 +717,7 @@ def ingest_cell(
     cell = Cell(
         placement.name,
         max_pause,
+        nice,
         during_fetch,
         during_process,
         float(run[5]),
@@ -832,7 +843,7 @@ def curve_point(
 
 
 def during_ingestion(
-    api: Api, url: str, plans: int, tmp: Path, duration: int, pauses: Sequence[float]
+    api: Api, url: str, plans: int, tmp: Path, duration: int
 ) -> tuple[dict[str, Result], list[Cell]]:
     """cold@1000 alone (per placement), then through a fetch and a process of a new snapshot
     per placement, without pacing and with it."""
@@ -853,11 +864,11 @@ def during_ingestion(
         )
         show(r)
         alone[placement.name] = r
-        for max_pause in (0.0, *pauses):
+        for max_pause, nice in CELLS:
             cells.append(
                 retried(
                     f"v{version}",
-                    partial(ingest_cell, api, url, plans, version, placement, max_pause, tmp),
+                    partial(ingest_cell, api, url, plans, version, placement, max_pause, nice, tmp),
                 )
             )
             version += 1
@@ -945,11 +956,11 @@ def ingestion_summary(alone: dict[str, Result], cells: list[Cell]) -> None:
                 f" {share(r)}"
             )
         print(
-            f"  {c.placement:<6} {c.pacing:<12} " + "; ".join(parts) + f"; fetch"
+            f"  {c.placement:<6} {c.pacing:<22} " + "; ".join(parts) + f"; fetch"
             f" {up(c.fetch_s, 1)} s, process {up(c.process_s, 1)} s, {down(c.rate)} plans/s"
         )
     for placement, base in alone.items():
-        off = next(c for c in cells if c.placement == placement and not c.max_pause)
+        off = next(c for c in cells if c.placement == placement and not (c.max_pause or c.nice))
         for c in (c for c in cells if c.placement == placement):
             worst = max(c.fetch.p99_ms, c.process.p99_ms) / base.p99_ms
             refused = c.fetch.non2xx + c.process.non2xx
@@ -1220,9 +1231,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 summary(by, streamed)
                 if not args.skip_ingestion:
                     print("\nduring ingestion (cold@1000 for each whole phase):", flush=True)
-                    alone, cells = during_ingestion(
-                        api, db_url, args.plans, tmp, args.duration, CELL_PAUSES
-                    )
+                    alone, cells = during_ingestion(api, db_url, args.plans, tmp, args.duration)
                     ingestion_summary(alone, cells)
                 if not args.skip_curve:
                     print(

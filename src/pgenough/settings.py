@@ -173,6 +173,13 @@ class Settings(BaseSettings):
         description="Seconds fetch and process workers pause between chunks while the API"
         " reports full read pressure (proportionally less for less); 0: never pause.",
     )
+    ingest_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="Niceness the fetch and process workers add to themselves at start, so"
+        " that on a shared machine the API's process gets the CPU first (0: unchanged).",
+    )
 
     metrics_port: int | None = Field(
         default=None,

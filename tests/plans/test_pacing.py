@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -205,6 +206,21 @@ async def test_a_killed_apis_pressure_expires(
         for t in threads:
             if t.is_alive():
                 t.join(10)
+
+
+@pytest.mark.slow
+def test_ingest_nice_lowers_a_workers_priority(worker_env: dict[str, str]) -> None:
+    # A fetch worker in its loop (its one provider refuses connections): alive until stopped.
+    env = dict(worker_env, PGENOUGH_INGEST_NICE="7", PGENOUGH_PROVIDER_MAX_ATTEMPTS="1")
+    worker = Proc.pgenough(
+        env, "worker", "fetch", "--provider", f"down=http://127.0.0.1:{free_port()}/"
+    )
+    try:
+        worker.expect(lambda line: "FAILED" in line or "fetching" in line)
+        assert os.getpriority(os.PRIO_PROCESS, worker.popen.pid) == os.nice(0) + 7
+    finally:
+        worker.popen.send_signal(signal.SIGTERM)
+        assert worker.popen.wait(30) == 0
 
 
 async def _no_pressure(db: AsyncConnectionPool) -> bool:
