@@ -5,10 +5,12 @@ Run it from the repository root, with the project's virtualenv and ``wrk`` insta
 
     .venv/bin/python -m bench.api              # 1M plans, 10 s per scenario, embedded server
     .venv/bin/python -m bench.api --quick      # 100k plans, 3 s per scenario: a smoke run
-    .venv/bin/python -m bench.api --plot-search docs/img/boundary-search.png  # + the curve
+    .venv/bin/python -m bench.api --plot-search docs/img/boundary-search.png  # curve drawn
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python -m bench.api
 
-(``make bench-api`` runs the first line.) Run it as a module: ``python bench/api.py`` puts
+(``make bench-api`` runs the third line: everything, the curve drawn. A full run at 1M plans:
+about 13-15 min on a quiet 2-core machine, estimated; 21 min at 200k plans under load.)
+Run it as a module: ``python bench/api.py`` puts
 ``bench/`` first on ``sys.path``, where ``bench/queue.py`` shadows the standard library's
 ``queue`` and psycopg fails to import. With
 ``DATABASE_URL`` a fresh database is created on that server; without it, on the embedded

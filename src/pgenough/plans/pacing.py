@@ -20,7 +20,6 @@ Only PostgreSQL carries the signal: the workers and the API share nothing else.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,7 +27,6 @@ from pgenough.core import named_queries
 from pgenough.core.statements import AsyncConn
 from pgenough.plans.defaults import DEFAULT_PACING_MAX_PAUSE
 
-log = logging.getLogger(__name__)
 _Q = named_queries("pgenough.plans", "pacing")
 
 MAX_PAUSE_LIMIT: Final = 5.0
