@@ -48,7 +48,7 @@ bench-ingest: $(TEST_STAMP)  ## As a module: as a script, bench/queue.py shadows
 	$(BIN)/python -m bench.ingest
 
 bench-api: $(TEST_STAMP)  ## Needs wrk (apt-get install -y wrk).
-	$(BIN)/python -m bench.api
+	$(BIN)/python -m bench.api --plot-search docs/img/boundary-search.png
 
 screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
 	$(BIN)/python -m tests.ui.screenshots

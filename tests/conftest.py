@@ -74,7 +74,7 @@ async def db(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnectionPool]:
         await conn.execute(
             "TRUNCATE pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks,"
             " pgenough.runs, pgenough.plans, pgenough.plan_seen, pgenough.plan_failures,"
-            " pgenough.ui_revoked_sessions"
+            " pgenough.ui_revoked_sessions, pgenough.read_pressure"
         )
         cur = await conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"

@@ -512,6 +512,13 @@ def worker_run(
     raise typer.Exit(_run(main))
 
 
+def _lower_priority(nice: int) -> None:
+    """Bulk ingestion gives the CPU to the API first on a machine they share
+    (``PGENOUGH_INGEST_NICE``); its PostgreSQL backends keep their own priority."""
+    if nice > 0:
+        os.nice(nice)
+
+
 @worker_app.command("fetch")
 def worker_fetch(
     provider: Annotated[
@@ -535,6 +542,7 @@ def worker_fetch(
         from pgenough.plans.fetch import fetch_loop
     settings = _settings()
     _setup_logging(settings)
+    _lower_priority(settings.ingest_nice)
     try:
         providers = settings.provider_configs(provider)
     except ValueError as exc:
@@ -624,6 +632,7 @@ def worker_process(
         from pgenough.plans.process import process_worker
     settings = _settings()
     _setup_logging(settings)
+    _lower_priority(settings.ingest_nice)
     overrides: dict[str, object] = {"batch_size": 1}
     if concurrency:
         overrides["concurrency"] = concurrency
@@ -637,7 +646,7 @@ def worker_process(
             max_size=max(settings.pool_max_size, config.concurrency + 4),
         )
         try:
-            worker = process_worker(pool, config)
+            worker = process_worker(pool, config, settings.pacing_config())
             console = progress.console() if until_idle else None
             if console is None:
                 stats = await worker.run(until_idle=until_idle, handle_signals=True)

@@ -34,11 +34,15 @@ from pgenough.plans.defaults import (
     DEFAULT_LOW_SPEED_TIME,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_REDIRECTS,
+    DEFAULT_PACING_MAX_PAUSE,
+    DEFAULT_PRESSURE_INTERVAL,
+    DEFAULT_PRESSURE_THRESHOLD,
     DEFAULT_READ_TIMEOUT,
 )
 
 if TYPE_CHECKING:
     from pgenough.plans.fetch import FetchConfig
+    from pgenough.plans.pacing import PacingConfig
     from pgenough.plans.provider import ProviderConfig
 
 DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
@@ -168,6 +172,20 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds a fetch may take, retries and waits included; past it the run fails.",
     )
+    ingest_pacing_max_pause: float = Field(
+        default=DEFAULT_PACING_MAX_PAUSE,
+        ge=0,
+        le=5,
+        description="Seconds fetch and process workers pause between chunks while the API"
+        " reports full read pressure (proportionally less for less); 0: never pause.",
+    )
+    ingest_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="Niceness the fetch and process workers add to themselves at start, so"
+        " that on a shared machine the API's process gets the CPU first (0: unchanged).",
+    )
 
     metrics_port: int | None = Field(
         default=None,
@@ -224,6 +242,26 @@ class Settings(BaseSettings):
         ge=0,
         description="For tests and demos only: each search first sleeps this long in "
         "PostgreSQL (pg_sleep), as a slow query would.",
+    )
+    api_publish_pressure: bool = Field(
+        default=True,
+        description="Publish the API's read pressure (searches in flight above"
+        " api_pressure_threshold, or refused) in pgenough.read_pressure, for ingestion to"
+        " yield to /search.",
+    )
+    api_pressure_threshold: float = Field(
+        default=DEFAULT_PRESSURE_THRESHOLD,
+        ge=0,
+        le=1,
+        description="Share of api_max_concurrent_searches in flight at once above which the"
+        " API reports pressure (growing to 1 when every slot is taken or one is refused).",
+    )
+    api_pressure_interval: float = Field(
+        default=DEFAULT_PRESSURE_INTERVAL,
+        gt=0,
+        le=10,
+        description="Seconds between the API's pressure samples (at most one write each);"
+        " a report expires after 10 of them.",
     )
 
     ui_enabled: bool = Field(
@@ -314,7 +352,12 @@ class Settings(BaseSettings):
     def fetch_config(self) -> FetchConfig:
         from pgenough.plans.fetch import FetchConfig  # httpx, lxml: the service extra
 
-        return FetchConfig(deadline=self.fetch_deadline)
+        return FetchConfig(deadline=self.fetch_deadline, pacing=self.pacing_config())
+
+    def pacing_config(self) -> PacingConfig:
+        from pgenough.plans.pacing import PacingConfig
+
+        return PacingConfig(max_pause=self.ingest_pacing_max_pause)
 
     def maintenance_config(self) -> MaintenanceConfig:
         return MaintenanceConfig(

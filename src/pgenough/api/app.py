@@ -27,6 +27,7 @@ from pgenough.api.cache import ResponseCache, invalidate_on
 from pgenough.api.config import ApiConfig
 from pgenough.api.deps import ApiState
 from pgenough.api.metrics import RequestMetrics
+from pgenough.api.pressure import publish_pressure
 from pgenough.api.search import Q
 from pgenough.core import DatabaseError, MigrationError, database_url, migrate, open_pool
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
@@ -53,6 +54,9 @@ def api_config(settings: Settings) -> ApiConfig:
         cache_size=settings.api_cache_size,
         cache_ttl=settings.api_cache_ttl,
         search_delay=settings.api_search_delay,
+        publish_pressure=settings.api_publish_pressure,
+        pressure_threshold=settings.api_pressure_threshold,
+        pressure_interval=settings.api_pressure_interval,
     )
 
 
@@ -97,7 +101,8 @@ def create_app(settings: Settings) -> FastAPI:
 
 @asynccontextmanager
 async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
-    """The pool, the cache and its listener, the bulkhead: opened, then closed."""
+    """The pool, the cache and its listener, the bulkhead and its pressure publisher: opened,
+    then closed."""
     url = await asyncio.to_thread(database_url, config.database_url, config.data_dir)
     pool = await open_pool(
         url,
@@ -108,6 +113,8 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     )
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
     listener: asyncio.Task[None] | None = None
+    publisher: asyncio.Task[None] | None = None
+    bulkhead = Bulkhead(config.max_concurrent_searches)
     try:
         if config.cache_enabled:
             listening = asyncio.Event()
@@ -117,11 +124,16 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
                     await listening.wait()
             except TimeoutError:
                 log.warning("cache listener not connected yet: the cache is bypassed until it is")
-        yield ApiState(config, pool, cache, Bulkhead(config.max_concurrent_searches))
+        if config.publish_pressure:
+            publisher = asyncio.create_task(
+                publish_pressure(bulkhead, url, config), name="api-pressure"
+            )
+        yield ApiState(config, pool, cache, bulkhead)
     finally:
-        if listener is not None:
-            listener.cancel()
-            await asyncio.gather(listener, return_exceptions=True)
+        tasks = [t for t in (listener, publisher) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await pool.close()
 
 

@@ -23,6 +23,8 @@ class Bulkhead:
         self.limit = limit
         self.in_use = 0
         self.rejected = 0
+        self._peak = 0
+        self._rejected_seen = 0
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -32,9 +34,23 @@ class Bulkhead:
             metrics.BULKHEAD_REJECTIONS.inc()
             raise TooBusy(f"too many searches at once (limit {self.limit}); retry in a moment")
         self.in_use += 1
+        self._peak = max(self._peak, self.in_use)
         metrics.SEARCHES_IN_FLIGHT.inc()
         try:
             yield
         finally:
             self.in_use -= 1
             metrics.SEARCHES_IN_FLIGHT.dec()
+
+    def take_pressure(self, threshold: float) -> float:
+        """The pressure since the last call, 0..1: 1 when a search was refused, else how far
+        the busiest moment went past ``threshold`` of the slots toward all of them. The peak,
+        not the mean: at 1,000 searches/s a burst fills the slots within milliseconds."""
+        peak, refused = self._peak, self.rejected > self._rejected_seen
+        self._peak, self._rejected_seen = self.in_use, self.rejected
+        if refused:
+            return 1.0
+        floor = threshold * self.limit
+        if peak <= floor:
+            return 0.0
+        return min(1.0, (peak - floor) / (self.limit - floor))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Final
 
 from pgenough.api.errors import ApiConfigError
+from pgenough.plans.defaults import DEFAULT_PRESSURE_INTERVAL, DEFAULT_PRESSURE_THRESHOLD
 
 DEFAULT_MAX_CONCURRENT_SEARCHES: Final = 8
 DEFAULT_SEARCH_TIMEOUT: Final = 2.0
@@ -33,6 +34,9 @@ class ApiConfig:
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     cache_size: int = DEFAULT_CACHE_SIZE
     cache_ttl: float = DEFAULT_CACHE_TTL
+    publish_pressure: bool = True
+    pressure_threshold: float = DEFAULT_PRESSURE_THRESHOLD
+    pressure_interval: float = DEFAULT_PRESSURE_INTERVAL
     search_delay: float = 0.0
     """Tests and demos only: seconds each search sleeps in PostgreSQL first."""
 

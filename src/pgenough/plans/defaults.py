@@ -21,3 +21,10 @@ DEFAULT_DEADLINE: Final = 900.0
 """Seconds a run may take from opening to sealing, retries and waits included."""
 
 RUN_STATUSES: Final = ("RUNNING", "STAGED", "PROCESSED", "FAILED")
+
+DEFAULT_PACING_MAX_PAUSE: Final = 0.25
+"""Seconds a fetch or process worker pauses between chunks at full read pressure (0: never)."""
+DEFAULT_PRESSURE_THRESHOLD: Final = 0.5
+"""Share of the API's search slots in use above which it publishes pressure."""
+DEFAULT_PRESSURE_INTERVAL: Final = 0.1
+"""Seconds between the API's samples of its bulkhead (and at most one write each)."""

@@ -54,6 +54,7 @@ from pgenough.plans.defaults import DEFAULT_DEADLINE
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
 from pgenough.plans.feed import FeedParser, PlanRecord
+from pgenough.plans.pacing import DEFAULT_PACING, Pacer, PacingConfig
 from pgenough.plans.process import DEFAULT_STALE_AFTER, apply_chunk
 from pgenough.plans.provider import Attempt, ProviderConfig
 from pgenough.plans.provider import fetch as provider_fetch
@@ -81,6 +82,8 @@ class FetchConfig:
     """A RUNNING run not heartbeating for this long is declared dead by the reaper."""
     deadline: float = DEFAULT_DEADLINE
     """A run still streaming after this many seconds fails (whatever the provider does)."""
+    pacing: PacingConfig = DEFAULT_PACING
+    """How the stream yields to /search between COPY batches (plans/pacing.py)."""
 
     def __post_init__(self) -> None:
         if self.copy_batch < 1 or self.chunk_pages < 1:
@@ -101,6 +104,8 @@ class RunResult:
     plans_staged: int
     plans_skipped: int
     bytes: int
+    paused_seconds: float = 0.0
+    """Seconds the stream paused between COPY batches for the read path (pacing)."""
 
 
 @dataclass
@@ -228,6 +233,7 @@ class _Fetch:
         self.parser = FeedParser()
         self.writer: store.StagingWriter | None = None
         self.last_beat = time.monotonic()
+        self.pacer = Pacer(config.pacing)
 
     async def run(self, stop: asyncio.Event | None) -> RunResult:
         name = self.provider.name
@@ -317,6 +323,8 @@ class _Fetch:
                 progress.skipped = self.parser.skipped
                 if self.on_progress:
                     self.on_progress(progress)
+                # Between chunks: the provider waits on TCP while the read path is pressed.
+                await self.pacer.between_chunks(self.conn)
             # Beat per network chunk, not per COPY batch: a slow but live stream can take
             # longer than stale_after to fill a batch, and must not look dead to the reaper.
             await self._beat()
@@ -388,6 +396,7 @@ class _Fetch:
             self.progress.staged,
             self.parser.skipped,
             self.progress.bytes,
+            self.pacer.paused_seconds,
         )
 
     def _lost(self, exc: RunLost) -> RunResult:
@@ -480,6 +489,13 @@ class _Fetch:
             len(chunks),
             progress.bytes / 1e6,
         )
+        if self.pacer.pauses:
+            log.info(
+                "run %d: paused %d time(s), %.1f s in all, for the read path",
+                run_id,
+                self.pacer.pauses,
+                self.pacer.paused_seconds,
+            )
         return self._result(status, None)
 
 

@@ -27,6 +27,7 @@ from pgenough.core import publish as publish_message
 from pgenough.core.statements import AsyncConn
 from pgenough.plans import metrics, store
 from pgenough.plans.events import run_changed
+from pgenough.plans.pacing import DEFAULT_PACING, Pacer, PacingConfig
 
 log = logging.getLogger(__name__)
 _Q = named_queries("pgenough.plans", "runs")
@@ -38,6 +39,9 @@ REAPER_INTERVAL = 15.0
 DEFAULT_STALE_AFTER = 60.0
 """Seconds without a heartbeat after which a RUNNING run's fetch is taken for dead."""
 
+# Module-level as the task is: one process worker per process (``process_worker`` sets it).
+_pacer = Pacer(DEFAULT_PACING)
+
 app = App(migrations=[store.MIGRATIONS])
 """The plan service's tasks: ``pgenough worker process`` runs it (as would ``pgenough worker
 run pgenough.plans.process:app``)."""
@@ -47,7 +51,14 @@ run pgenough.plans.process:app``)."""
 async def apply_chunk(ctx: TaskContext, run_id: int, lo: str, hi: str) -> None:
     """Apply the staged plans of one key range of a sealed run, exactly once."""
     bind_log_context(run_id=run_id)
-    async with ctx.pool.connection() as conn, conn.transaction():
+    async with ctx.pool.connection() as conn:
+        # Between chunks, before the transaction: a pause holds no snapshot and no lock.
+        await _pacer.between_chunks(conn)
+        await _apply(ctx, conn, run_id, lo, hi)
+
+
+async def _apply(ctx: TaskContext, conn: AsyncConn, run_id: int, lo: str, hi: str) -> None:
+    async with conn.transaction():
         cur = await conn.execute(_Q["get_run"], {"id": run_id})
         run = await cur.fetchone()
         if run is None or run[3] != "STAGED":
@@ -128,7 +139,17 @@ async def _finish_run(conn: AsyncConn, run_id: int, provider: str) -> None:
     )
 
 
-def process_worker(pool: AsyncConnectionPool, config: WorkerConfig) -> Worker:
+def process_worker(
+    pool: AsyncConnectionPool, config: WorkerConfig, pacing: PacingConfig | None = None
+) -> Worker:
     """The plan service's worker: ``app`` on the ``plans`` queue. The stale-run reaper is one
-    of its scheduled tasks (once per interval across all workers)."""
+    of its scheduled tasks (once per interval across all workers). ``pacing``: how chunks
+    yield to /search (default: ``DEFAULT_PACING``)."""
+    global _pacer
+    _pacer = Pacer(pacing or DEFAULT_PACING)
     return app.worker(pool, queues=[PLANS_QUEUE], config=config)
+
+
+def pacer() -> Pacer:
+    """This process's pacer (its counters: chunks, pauses, seconds paused)."""
+    return _pacer
