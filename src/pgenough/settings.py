@@ -28,6 +28,7 @@ from pydantic_settings import (
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core.db import default_data_dir
 from pgenough.plans.defaults import (
+    DEFAULT_BULKHEAD_WAIT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE,
     DEFAULT_LOW_SPEED_LIMIT,
@@ -206,8 +207,14 @@ class Settings(BaseSettings):
     api_max_concurrent_searches: int = Field(
         default=8,
         ge=1,
-        description="Searches running at once (the bulkhead); more get 503 TOO_BUSY at once. "
-        "At most pool_max_size - 2.",
+        description="Searches running at once (the bulkhead); as many more may wait"
+        " api_bulkhead_wait for a slot, the rest get 503 TOO_BUSY. At most pool_max_size - 2.",
+    )
+    api_bulkhead_wait: float = Field(
+        default=DEFAULT_BULKHEAD_WAIT,
+        ge=0,
+        description="Seconds a search may wait in line for a bulkhead slot before 503 TOO_BUSY"
+        " (0: refused at once when every slot is taken).",
     )
     api_search_timeout: float = Field(
         default=2.0,

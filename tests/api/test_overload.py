@@ -1,5 +1,6 @@
-"""Overload on a real uvicorn server: more slow searches than the bulkhead allows. The excess
-is refused at once with 503 TOO_BUSY, the pool is never exhausted (readiness still answers,
+"""Overload on a real uvicorn server: more slow searches than the bulkhead allows. A burst no
+longer than the bulkhead's line waits its turn and is answered; the excess is refused fast with
+503 TOO_BUSY, the pool is never exhausted (readiness still answers,
 no connection request times out) and service resumes by itself. A search past its statement
 timeout is cancelled by PostgreSQL and answered 503 TOO_BUSY.
 
@@ -88,6 +89,34 @@ async def test_the_excess_is_refused_fast_and_service_resumes(
                 assert response.status_code == 200
             metrics = (await client.get("/metrics")).text
             assert "pgenough_api_bulkhead_rejections_total" in metrics
+
+
+async def test_a_burst_within_the_line_waits_its_turn_and_is_answered(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
+    short = 0.4
+    app = create_app(
+        api_settings(
+            database_url,
+            pool_max_size=POOL,
+            api_max_concurrent_searches=LIMIT,
+            api_search_delay=short,
+            api_bulkhead_wait=short * 5,
+        )
+    )
+    with ServerThread(app) as server:
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(base_url=server.url, timeout=30, limits=limits) as client:
+            searches = [
+                asyncio.create_task(timed_get(client, "/search", offset=str(n % 2)))
+                for n in range(LIMIT * 2)
+            ]
+            results = await asyncio.gather(*searches)
+    assert [r.status_code for _, r in results] == [200] * (LIMIT * 2)
+    took = sorted(t for t, _ in results)
+    assert all(t >= short * 2 for t in took[LIMIT:])  # the second half waited for the first
+    assert state(app).bulkhead.rejected == 0
 
 
 async def test_a_search_past_its_timeout_is_too_busy_and_the_connection_survives(

@@ -47,6 +47,7 @@ def api_config(settings: Settings) -> ApiConfig:
         data_dir=settings.data_dir,
         pool_max_size=settings.pool_max_size,
         max_concurrent_searches=settings.api_max_concurrent_searches,
+        bulkhead_wait=settings.api_bulkhead_wait,
         search_timeout=settings.api_search_timeout,
         stream_timeout=settings.api_stream_timeout,
         pool_timeout=settings.api_pool_timeout,
@@ -114,7 +115,7 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
     listener: asyncio.Task[None] | None = None
     publisher: asyncio.Task[None] | None = None
-    bulkhead = Bulkhead(config.max_concurrent_searches)
+    bulkhead = Bulkhead(config.max_concurrent_searches, config.bulkhead_wait)
     try:
         if config.cache_enabled:
             listening = asyncio.Event()

@@ -1,12 +1,17 @@
-"""A bulkhead: at most ``limit`` searches at once; one more is refused at once, not queued.
+"""A bulkhead: at most ``limit`` searches at once; a short, bounded line for the next few.
 
-Queueing would only turn overload into latency for everyone and, once the pool runs dry,
-into timeouts; refusing keeps the searches that run fast and tells the rest to come back
-(503 TOO_BUSY with Retry-After). Nothing to recover: a slot frees when its search ends.
+An unbounded queue would only turn overload into latency for everyone and, once the pool runs
+dry, into timeouts. Refusing the instant every slot is taken is the other extreme: at 1,000
+searches/s, bursts of a few milliseconds fill 8 slots while the mean load is half of them, and
+those requests got 503 although a slot freed a moment later. So at most ``limit`` searches may
+wait, each at most ``max_wait`` seconds, in arrival order; beyond that, or after it, 503
+TOO_BUSY with Retry-After. Nothing to recover: a slot frees when its search ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -17,30 +22,73 @@ from pgenough.api.errors import TooBusy
 class Bulkhead:
     """Slots for one event loop (the API's single worker process); no lock is needed."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_wait: float = 0.0) -> None:
         if limit < 1:
             raise ValueError("a bulkhead needs at least one slot")
+        if max_wait < 0:
+            raise ValueError("a bulkhead's max_wait must be >= 0")
         self.limit = limit
+        self.max_wait = max_wait
         self.in_use = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self.rejected = 0
         self._peak = 0
         self._rejected_seen = 0
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Hold a slot for the block, or raise ``TooBusy`` when none is free."""
-        if self.in_use >= self.limit:
-            self.rejected += 1
-            metrics.BULKHEAD_REJECTIONS.inc()
-            raise TooBusy(f"too many searches at once (limit {self.limit}); retry in a moment")
-        self.in_use += 1
+        """Hold a slot for the block, waiting up to ``max_wait`` in line for one, or raise
+        ``TooBusy`` when the line is full or the wait runs out."""
+        if self.in_use >= self.limit or self._waiters:
+            await self._wait_in_line()
+        else:
+            self.in_use += 1
         self._peak = max(self._peak, self.in_use)
         metrics.SEARCHES_IN_FLIGHT.inc()
         try:
             yield
         finally:
-            self.in_use -= 1
             metrics.SEARCHES_IN_FLIGHT.dec()
+            self._release()
+
+    async def _wait_in_line(self) -> None:
+        """Return holding a slot handed over by ``_release``, or raise ``TooBusy``."""
+        if self.max_wait <= 0 or len(self._waiters) >= self.limit:
+            self._refuse()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._peak = self.limit  # every slot taken and a line: full pressure (take_pressure)
+        try:
+            # shield: the timeout must not cancel the waiter itself, so that a slot handed
+            # over at the very moment the wait ends is seen (and taken) below.
+            await asyncio.wait_for(asyncio.shield(waiter), self.max_wait)
+        except TimeoutError:
+            if waiter.done():
+                return
+            waiter.cancel()
+            self._waiters.remove(waiter)
+            self._refuse()
+        except asyncio.CancelledError:  # the client went away while in line
+            if waiter.done():
+                self._release()
+            else:
+                waiter.cancel()
+                self._waiters.remove(waiter)
+            raise
+
+    def _release(self) -> None:
+        # Hand the slot straight to the first live waiter, so no newcomer overtakes the line.
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.in_use -= 1
+
+    def _refuse(self) -> None:
+        self.rejected += 1
+        metrics.BULKHEAD_REJECTIONS.inc()
+        raise TooBusy(f"too many searches at once (limit {self.limit}); retry in a moment")
 
     def take_pressure(self, threshold: float) -> float:
         """The pressure since the last call, 0..1: 1 when a search was refused, else how far

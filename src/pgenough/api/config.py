@@ -7,7 +7,11 @@ from pathlib import Path
 from typing import Final
 
 from pgenough.api.errors import ApiConfigError
-from pgenough.plans.defaults import DEFAULT_PRESSURE_INTERVAL, DEFAULT_PRESSURE_THRESHOLD
+from pgenough.plans.defaults import (
+    DEFAULT_BULKHEAD_WAIT,
+    DEFAULT_PRESSURE_INTERVAL,
+    DEFAULT_PRESSURE_THRESHOLD,
+)
 
 DEFAULT_MAX_CONCURRENT_SEARCHES: Final = 8
 DEFAULT_SEARCH_TIMEOUT: Final = 2.0
@@ -28,6 +32,7 @@ class ApiConfig:
     data_dir: Path | None = None
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
     max_concurrent_searches: int = DEFAULT_MAX_CONCURRENT_SEARCHES
+    bulkhead_wait: float = DEFAULT_BULKHEAD_WAIT
     search_timeout: float = DEFAULT_SEARCH_TIMEOUT
     stream_timeout: float = DEFAULT_STREAM_TIMEOUT
     pool_timeout: float = DEFAULT_POOL_TIMEOUT
@@ -55,6 +60,8 @@ class ApiConfig:
                 raise ApiConfigError(f"api_{name} must be greater than 0")
         if self.cache_size < 0 or self.cache_ttl < 0 or self.search_delay < 0:
             raise ApiConfigError("api_cache_size, api_cache_ttl and api_search_delay must be >= 0")
+        if self.bulkhead_wait < 0:
+            raise ApiConfigError("api_bulkhead_wait must be >= 0")
 
     @property
     def cache_enabled(self) -> bool:

@@ -28,3 +28,6 @@ DEFAULT_PRESSURE_THRESHOLD: Final = 0.5
 """Share of the API's search slots in use above which it publishes pressure."""
 DEFAULT_PRESSURE_INTERVAL: Final = 0.1
 """Seconds between the API's samples of its bulkhead (and at most one write each)."""
+DEFAULT_BULKHEAD_WAIT: Final = 0.1
+"""Seconds a search may wait in line for one of the API's slots: long enough to ride out a
+burst of a few milliseconds, short against a client's patience."""
