@@ -1020,7 +1020,7 @@ async def drain_nats(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
         while True:
             await nc.publish(pull, request, reply=inbox)
-            batch = []
+            batch: list[Any] = []
             while len(batch) < spec.batch:
                 msg = await sub.next_msg(timeout=60)
                 if JetStreamContext.is_status_msg(msg):
@@ -1907,6 +1907,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     drains: dict[tuple[System, int, int], DrainResult] = {}
     latencies: dict[LatencySystem, LatencyResult] = {}
     drain_no = 0
+    failure: str | None = None
     try:
         urls: dict[str, str] = {}
         for system, _, _ in plan.configurations():
@@ -1915,43 +1916,49 @@ def main(argv: Sequence[str] | None = None) -> None:
                 urls[ops.database] = server.database(ops.database)
                 ops.setup(urls[ops.database])
 
-        for round_no in range(1, plan.repeat + 1):
-            for system, workers, batch in plan.configurations():
-                ops = SYSTEMS[system]
-                target = urls[ops.database] if ops.database else BROKER_URLS[system]
-                drain_no += 1
-                name = f"bench_{server.tag}_{drain_no}" if ops.database is None else ""
-                try:
-                    enqueue_s = ops.enqueue(target, plan.jobs, name)
-                    if ops.database:
-                        prepare_drain(target)
-                    busy = wait_quiet(args.quiet_wait)
-                    budget = connection_budget(server)
-                    spec = DrainSpec.default(system, target, batch, workers, budget, name)
-                    if system in (*OURS, "procrastinate") and spec.pool_size < OURS_POOL_SIZE:
-                        print(
-                            f"pools: {spec.pool_size} connections per process, not "
-                            f"{OURS_POOL_SIZE}: {budget} free on the server for {workers}"
-                        )
-                    drain_s = run_drain(ctx, spec, workers, plan.jobs)
-                finally:
-                    if name:
-                        ops.cleanup(target, name)
-                r = drains.setdefault(
-                    (system, workers, batch), DrainResult(system, workers, batch, plan.jobs)
-                )
-                r.enqueue_s.append(enqueue_s)
-                r.drain_s.append(drain_s)
-                r.busy_before.append(busy)
-                shown = "  -" if system in UNBATCHED else f"{batch:>3}"
-                print(
-                    f"[round {round_no}] {system:>13} workers={workers} batch={shown}: "
-                    f"drain {plan.jobs / drain_s:>9,.0f} jobs/s ({drain_s:6.2f} s), "
-                    f"enqueue {plan.jobs / enqueue_s:>9,.0f} jobs/s, before: {fmt_busy(busy)}",
-                    flush=True,
-                )
+        try:
+            for round_no in range(1, plan.repeat + 1):
+                for system, workers, batch in plan.configurations():
+                    ops = SYSTEMS[system]
+                    target = urls[ops.database] if ops.database else BROKER_URLS[system]
+                    drain_no += 1
+                    name = f"bench_{server.tag}_{drain_no}" if ops.database is None else ""
+                    try:
+                        enqueue_s = ops.enqueue(target, plan.jobs, name)
+                        if ops.database:
+                            prepare_drain(target)
+                        busy = wait_quiet(args.quiet_wait)
+                        budget = connection_budget(server)
+                        spec = DrainSpec.default(system, target, batch, workers, budget, name)
+                        if system in (*OURS, "procrastinate") and spec.pool_size < OURS_POOL_SIZE:
+                            print(
+                                f"pools: {spec.pool_size} connections per process, not "
+                                f"{OURS_POOL_SIZE}: {budget} free on the server for {workers}"
+                            )
+                        drain_s = run_drain(ctx, spec, workers, plan.jobs)
+                    finally:
+                        if name:
+                            ops.cleanup(target, name)
+                    r = drains.setdefault(
+                        (system, workers, batch), DrainResult(system, workers, batch, plan.jobs)
+                    )
+                    r.enqueue_s.append(enqueue_s)
+                    r.drain_s.append(drain_s)
+                    r.busy_before.append(busy)
+                    shown = "  -" if system in UNBATCHED else f"{batch:>3}"
+                    print(
+                        f"[round {round_no}] {system:>13} workers={workers} batch={shown}: "
+                        f"drain {plan.jobs / drain_s:>9,.0f} jobs/s ({drain_s:6.2f} s), "
+                        f"enqueue {plan.jobs / enqueue_s:>9,.0f} jobs/s, before: {fmt_busy(busy)}",
+                        flush=True,
+                    )
+        except (RuntimeError, psycopg.Error, OSError) as exc:
+            # A drain that cannot run (the server out of connections, a broker gone) ends the
+            # measuring, not the report: what was measured before it is printed.
+            failure = f"{type(exc).__name__}: {exc}"
+            print(f"\nINCOMPLETE, measuring stopped: {failure}", flush=True)
 
-        if not args.no_latency:
+        if not args.no_latency and failure is None:
             latency_urls: dict[LatencySystem, str] = {}
             for lsys in LATENCY_SYSTEMS:
                 if lsys != "ours" and lsys not in plan.systems:
@@ -1984,6 +1991,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "server": server.description,
                     "settings": server.settings,
                     "plan": asdict(plan),
+                    "incomplete": failure,
                     "drains": [{**asdict(r), "rates": r.rates} for r in drains.values()],
                     "latency": {
                         s: {"p50": r.p50, "p99": r.p99, **asdict(r)} for s, r in latencies.items()
@@ -1992,6 +2000,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 indent=2,
             )
         )
+    if failure:
+        raise SystemExit(f"INCOMPLETE (the figures above are partial): {failure}")
 
 
 if __name__ == "__main__":
