@@ -1900,7 +1900,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{graphile_version()}, nats-py {version_of('nats-py')}, aiormq "
         f"{version_of('aiormq')}"
     )
-    print()
+    print(
+        f"plan: {plan.jobs:,} jobs, systems {', '.join(plan.systems) or '-'}, workers "
+        f"{plan.workers}, batches {plan.batches}, pgqueuer batches {plan.pgqueuer_batches}, "
+        f"procrastinate workers {plan.procrastinate_workers} (concurrency "
+        f"{PROCRASTINATE_CONCURRENCY}), graphile-worker concurrency {GRAPHILE_CONCURRENCY} "
+        f"local queue {GRAPHILE_LOCAL_QUEUE}, {plan.repeat} round(s), latency "
+        f"{0 if args.no_latency else plan.latency_samples} samples\n"
+    )
 
     ctx = multiprocessing.get_context("spawn")
     began = time.perf_counter()
