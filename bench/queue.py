@@ -30,10 +30,10 @@ with e.g. ``--systems ours,raw,pgqueuer,graphile,brokers``); ``--workers 1,2,4``
 drain); ``--batches 1,100``; ``--repeat R``; ``--plot PATH.png``; ``--skip-peers`` (ours and raw
 only); ``--quick`` (2,000 jobs, workers 1 and 4, 50 latency samples).
 
-Run time on this machine kind (2 cores): the default run (all systems, 20,000 jobs, workers
-1/2/4, batches 1 and 100, one round) about 8 minutes, most of it Procrastinate and batch 1;
-without Procrastinate about 4; each further ``--repeat`` round as much again; the sweep above
-about 6 minutes.
+Run time on a quiet machine of this kind (2 cores), estimated from per-drain times: the default
+run (all systems, 20,000 jobs, workers 1/2/4, batches 1 and 100, one round) about 9 minutes,
+Procrastinate's drains about 2 of them; without Procrastinate about 7; each further
+``--repeat`` round adds about as much; the sweep above about 8 minutes; ``--quick`` about 2.
 
 What each figure means
 ----------------------
@@ -885,7 +885,10 @@ NATS_DURABLE = "workers"
 async def _nats_connect() -> Any:
     import nats
 
-    return await nats.connect(NATS_URL, connect_timeout=5, max_reconnect_attempts=0)
+    async def quiet(exc: Exception) -> None:
+        """Errors surface as exceptions of the calls; nats-py's default prints a traceback."""
+
+    return await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False, error_cb=quiet)
 
 
 def broker_missing(system: System) -> str | None:
@@ -905,11 +908,17 @@ def broker_missing(system: System) -> str | None:
             conn, _ = await _rabbitmq_channel()
             await conn.close()
 
+    aiormq_log = logging.getLogger("aiormq")
+    level = aiormq_log.level
+    aiormq_log.setLevel(logging.CRITICAL)  # it logs the refused connection it also raises
     try:
         asyncio.run(asyncio.wait_for(probe(), 10))
     except Exception as exc:  # any failure to answer means: skip it
         where = NATS_URL if system == "nats" else RABBITMQ_URL.split("@")[-1]
-        return f"no answer at {where}: {type(exc).__name__}: {exc}"
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return f"no answer at {where}: {why}"
+    finally:
+        aiormq_log.setLevel(level)
     return None
 
 
