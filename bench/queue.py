@@ -111,15 +111,15 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   when a request finds nothing; then flushes its connection. Checked afterwards: the consumer
   has nothing pending and nothing ack-pending, the stream holds no message (waiting up to 5 s
   for acks to be applied), and the handlers ran N times.
-- ``rabbitmq``: RabbitMQ through aiormq (the AMQP client aio-pika is built on; aio-pika's
-  message objects cost it a third more on this machine). Per drain a fresh durable classic
-  queue; loading: N persistent messages (``delivery_mode=2``) on a channel with publisher
-  confirms, 1,000 awaiting their confirm at once (timed). Each worker process consumes with
-  manual ack and ``prefetch_count=B``, handles and acks each delivery; with nothing delivered
-  it asks the queue (a passive declare: it also comes back after the worker's acks) and stops
-  when nothing is ready and it holds nothing (waiting ``RABBITMQ_IDLE_POLL`` = 10 ms between
-  asks). Checked afterwards, once every worker's connection is closed (which would return
-  unacked messages): no message ready, handlers ran N times.
+- ``rabbitmq``: RabbitMQ through aiormq (the AMQP client aio-pika is built on, used directly so
+  that a message costs the protocol's work and not aio-pika's wrapper objects too). Per drain a
+  fresh durable classic queue; loading: N persistent messages (``delivery_mode=2``) on a channel
+  with publisher confirms, 1,000 awaiting their confirm at once (timed). Each worker process
+  consumes with manual ack and ``prefetch_count=B``, handles and acks each delivery; with
+  nothing delivered it asks the queue (a passive declare: it also comes back after the worker's
+  acks) and stops when nothing is ready and it holds nothing (waiting ``RABBITMQ_IDLE_POLL`` =
+  10 ms between asks). Checked afterwards, once every worker's connection is closed (which would
+  return unacked messages): no message ready, handlers ran N times.
 - Both brokers run with plain asyncio, like ours (PgQueuer gets uvloop: its documented setup).
 
 *durability* - what an acknowledged job survives is not the same for every system. PostgreSQL
@@ -127,7 +127,8 @@ here runs ``synchronous_commit=on``, ``fsync=on``: a commit returns after its WA
 an enqueued or completed job survives an OS crash or power loss. RabbitMQ (classic durable
 queue, persistent messages): a publisher confirm is sent once the message is written to disk
 and fsynced (RabbitMQ fsyncs in batches, every few hundred milliseconds or when idle, and
-confirms after); a consumer's ack is not fsynced before the next delivery. NATS JetStream
+confirms after); a consumer's ``basic.ack`` has no reply in AMQP, so a worker never learns
+when its ack is on disk. NATS JetStream
 (file storage, defaults, ``sync_interval`` 2 minutes): the publish ack is sent once the message
 is written to the file store, i.e. handed to the OS, not fsynced: it survives the server
 process crashing but an OS crash or power loss can lose up to the last 2 minutes of
