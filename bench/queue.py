@@ -1,16 +1,39 @@
-"""Queue benchmark: pgenough's work queue against a raw-SQL ceiling, PgQueuer and Procrastinate.
+"""Queue benchmark: pgenough's work queue against a raw-SQL ceiling, the PostgreSQL queues
+PgQueuer, Procrastinate and graphile-worker, and the brokers NATS JetStream and RabbitMQ.
 
 Run it from the repository root::
 
-    pip install -e '.[bench]'                      # PgQueuer+asyncpg, Procrastinate, uvloop
+    pip install -e '.[bench]'        # PgQueuer+asyncpg, Procrastinate, uvloop, nats-py, aiormq,
+                                     # matplotlib
+    npm ci --prefix bench/graphile   # graphile-worker 0.17.3 (done for you if npm exists)
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres python -m bench.queue
     python -m bench.queue                          # embedded server under .pgenough-bench/
     python -m bench.queue --quick --skip-peers     # smoke run: 2,000 jobs, fewer configurations
+    python -m bench.queue --systems ours,raw,graphile,nats,rabbitmq --batches 100 --repeat 2
+    python -m bench.queue --workers 1,2,4,8,16 --batches 100 --systems ours,raw,nats,rabbitmq \
+        --repeat 2 --no-latency --plot docs/img/boundary-drain.png   # issue 13 §5's curve
 
 (``python bench/queue.py`` works too.) With ``DATABASE_URL`` the benchmark creates one fresh
-database per system on that server and drops them at the end; without it, it starts (or reuses)
-the embedded server in ``.pgenough-bench/``. Every system runs on the same server with the same
-settings, which are printed first (``synchronous_commit`` must be ``on``).
+database per PostgreSQL system on that server and drops them at the end; without it, it starts
+(or reuses) the embedded server in ``.pgenough-bench/``. Every PostgreSQL system runs on the
+same server with the same settings, which are printed first (``synchronous_commit`` must be
+``on``). The brokers are taken where ``NATS_URL`` (default ``nats://127.0.0.1:4222``) and
+``RABBITMQ_URL`` (default ``amqp://guest:guest@127.0.0.1:5672/``) say. A system that cannot run
+here (a Python package or node missing, a broker not answering) is printed as ``skipped:
+<system> (<why>)`` and left out; nothing stands in for it.
+
+Options: ``--systems`` (comma-separated: ``raw``, ``ours-batched``, ``ours-tx``,
+``ours-batch-tx``, ``pgqueuer``, ``procrastinate``, ``graphile``, ``nats``, ``rabbitmq``, or the
+groups ``ours`` = the three modes of ours, ``peers`` = PgQueuer + Procrastinate +
+graphile-worker, ``brokers``, ``all``; default all; Procrastinate takes minutes, leave it out
+with e.g. ``--systems ours,raw,pgqueuer,graphile,brokers``); ``--workers 1,2,4`` (processes per
+drain); ``--batches 1,100``; ``--repeat R``; ``--plot PATH.png``; ``--skip-peers`` (ours and raw
+only); ``--quick`` (2,000 jobs, workers 1 and 4, 50 latency samples).
+
+Run time on a quiet machine of this kind (2 cores), estimated from per-drain times: the default
+run (all systems, 20,000 jobs, workers 1/2/4, batches 1 and 100, one round) about 9 minutes,
+Procrastinate's drains about 2 of them; without Procrastinate about 7; each further
+``--repeat`` round adds about as much; the sweep above about 8 minutes; ``--quick`` about 2.
 
 What each figure means
 ----------------------
@@ -23,6 +46,14 @@ connect, and wait on a barrier. The clock starts when the barrier opens and stop
 worker's end of drain (each worker reports ``time.time()`` when it has nothing left to do and
 its completions are committed); the table is then checked to hold no runnable job and the
 handlers' count to equal the jobs loaded. Process start-up is not measured.
+
+Connections: each drain's processes together stay under what the server has free just
+before it (``max_connections`` less the superuser reserve, the client connections already
+open and ``CONNECTION_MARGIN`` = 10): ours and Procrastinate get ``min(10, free // W)``
+connections per process (5 each at 16 workers on an otherwise idle server with
+``max_connections=100``; printed when it happens). A batched worker holds one connection
+(its claim loop) and, in ``until_idle`` mode, no listener, so a smaller pool costs it nothing;
+``ours transactional`` runs its handlers on the pool, so at 16 workers it has 5 at once.
 
 - ``ours batched``: ``Worker(..., WorkerConfig(batch_size=B, concurrency=max(10, B),
   maintenance=None)).run(until_idle=True)``, handler ``async def h(job): pass``; the worker
@@ -53,6 +84,58 @@ handlers' count to equal the jobs loaded. Process start-up is not measured.
   100 and pools of 4 to 20 were tried; none was clearly faster); it fetches one job per
   statement, so it has no batch size. Only 1 and 4 workers: 20,000 jobs take it minutes.
 
+- ``graphile``: graphile-worker 0.17.3 (Node; ``bench/graphile/``, pinned by its
+  package-lock), in its recommended fast setup: ``concurrentJobs: 24``, ``localQueue: {size:
+  500}``, ``completeJobBatchDelay: 0``, ``failJobBatchDelay: 0``, a no-op task, a ``pg.Pool``
+  of at most 24 (it opens about 3: the local queue fetches, completions are batched). Jobs are
+  loaded with its bulk API, ``graphile_worker.add_jobs(...)`` called with the statement its
+  ``addJobs`` sends (timed as the enqueue rate). Each worker is a ``node
+  bench/graphile/worker.js drain`` process driven from Python over stdin/stdout. *Start-up is
+  outside the timing*: each process connects, runs graphile's migrations check, then warms up
+  with one ``runOnce`` pass over a task name no job has (graphile fetches only the task
+  identifiers it knows: pool connections open, code compiled), and prints READY; once all are
+  ready the benchmark writes GO to each and starts the clock; each process then runs
+  ``runOnce`` (its run-until-empty mode, the one its own perf test uses), which returns once
+  no job is left and its batched completions are flushed, and prints DONE with the time. What
+  stays inside the timing is what any ``runOnce`` call does first: compiling its options and
+  one migrations-check query. It has no batch size of ours to match: one run per worker
+  count, compared with ours at batch 100. Checked afterwards: ``_private_jobs`` empty and the
+  task run N times.
+- ``nats``: NATS JetStream through nats-py. Per drain a fresh stream (file storage, work-queue
+  retention: an acked message is deleted, as a finished job is) and a durable pull consumer
+  with explicit ack. Loading: N publishes each awaiting its publish ack, pipelined
+  (``publish_async``, ``BROKER_PUBLISH_WINDOW`` = 1,000 in flight; timed as the enqueue rate).
+  Each worker process sends pull requests for B messages with ``no_wait`` (the first request
+  of nats-py's ``fetch``; ``fetch`` would then linger for new messages, which would only delay
+  the end of a drain), handles and acks (``msg.ack()``) each message of the batch, and stops
+  when a request finds nothing; then flushes its connection. Checked afterwards: the consumer
+  has nothing pending and nothing ack-pending, the stream holds no message (waiting up to 5 s
+  for acks to be applied), and the handlers ran N times.
+- ``rabbitmq``: RabbitMQ through aiormq (the AMQP client aio-pika is built on, used directly so
+  that a message costs the protocol's work and not aio-pika's wrapper objects too). Per drain a
+  fresh durable classic queue; loading: N persistent messages (``delivery_mode=2``) on a channel
+  with publisher confirms, 1,000 awaiting their confirm at once (timed). Each worker process
+  consumes with manual ack and ``prefetch_count=B``, handles and acks each delivery; with
+  nothing delivered it asks the queue (a passive declare: it also comes back after the worker's
+  acks) and stops when nothing is ready and it holds nothing (waiting ``RABBITMQ_IDLE_POLL`` =
+  10 ms between asks). Checked afterwards, once every worker's connection is closed (which would
+  return unacked messages): no message ready, handlers ran N times.
+- Both brokers run with plain asyncio, like ours (PgQueuer gets uvloop: its documented setup).
+
+*durability* - what an acknowledged job survives is not the same for every system. PostgreSQL
+here runs ``synchronous_commit=on``, ``fsync=on``: a commit returns after its WAL is fsynced, so
+an enqueued or completed job survives an OS crash or power loss. RabbitMQ (classic durable
+queue, persistent messages): a publisher confirm is sent once the message is written to disk
+and fsynced (RabbitMQ fsyncs in batches, every few hundred milliseconds or when idle, and
+confirms after); a consumer's ``basic.ack`` has no reply in AMQP, so a worker never learns
+when its ack is on disk. NATS JetStream
+(file storage, defaults, ``sync_interval`` 2 minutes): the publish ack is sent once the message
+is written to the file store, i.e. handed to the OS, not fsynced: it survives the server
+process crashing but an OS crash or power loss can lose up to the last 2 minutes of
+acknowledged messages (``sync_interval: always`` would fsync every write; not used here, as the
+issue's reference figures were taken with defaults). So NATS's figures are for weaker
+durability than PostgreSQL's and RabbitMQ's.
+
 *add-to-start latency* - one worker process per system, idle and listening (LISTEN/NOTIFY),
 all running at once; in each round, in a shuffled order of the systems, the benchmark process
 enqueues a single job on its own autocommit connection (one statement, its own
@@ -65,13 +148,18 @@ dispatch). Ours runs with its defaults (``concurrency=10, batch_size=10``) and n
 PgQueuer with ``batch_size=10`` under uvloop, Procrastinate with the concurrency of its drain
 runs.
 
-*ratios and targets* - ``ours/raw`` per (workers, batch) and mode, ``ours/pgqueuer`` at batch
-100 per worker count, ``batch-tx/batched``, latency ``ours/pgqueuer`` at p50 and p99; then the
-targets, checked on the batched mode: at batch 100 >= 0.5x raw and >= 2x PgQueuer, at batch 1
->= 0.8x raw, latency p50 <= 0.75x PgQueuer's and p99 <= PgQueuer's; and on the
-batch-transactional mode: at batch 100 >= 0.5x the batched mode. Every figure of a ratio
-comes from the same run; on a small noisy machine compare ratios, not absolute rates across
-runs.
+*ratios and targets* - per (workers, batch): ``ours/raw`` for each mode, batched/PgQueuer,
+batch-tx/batched, batched/graphile-worker (at batch 100), batched/NATS and batched/RabbitMQ;
+latency ``ours/pgqueuer`` at p50 and p99. Then issue 13's targets, on the batched mode: at
+batch 100 >= 1.5x graphile-worker and >= 0.6x raw at every worker count measured (the issue
+names 1, 2 and 4), ahead of NATS JetStream at every worker count and batch size measured; at
+batch 1 >= 0.8x raw; batch-transactional >= 0.5x batched at batch 100; latency p50 <= 0.75x
+PgQueuer's and p99 <= PgQueuer's. Every figure of a ratio comes from the same run; on a small
+noisy machine compare ratios, not absolute rates across runs.
+
+*plot* - ``--plot PATH.png`` draws drain jobs/s against worker processes (log2 axis) at batch
+100 (prefetch 100 for RabbitMQ; graphile-worker's one run per worker count), one line per
+system, the best round per point (matplotlib, Agg backend).
 
 *busy* - the machine's CPU busy fraction in the half second before a measurement. Before each
 one the benchmark waits (up to ``--quiet-wait`` seconds) for it to drop under ``QUIET_BUSY``:
@@ -102,7 +190,9 @@ import multiprocessing
 import os
 import platform
 import random
+import shutil
 import statistics
+import subprocess
 import threading
 import time
 import traceback
@@ -115,6 +205,7 @@ from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.synchronize import Barrier
 from multiprocessing.synchronize import Event as MPEvent
 from typing import Any, Literal, TypeAlias
+from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
@@ -152,9 +243,53 @@ QUIET_BUSY = 0.15
 LATENCY_PAUSE = (0.010, 0.040)
 
 System: TypeAlias = Literal[
-    "raw", "ours-batched", "ours-tx", "ours-batch-tx", "pgqueuer", "procrastinate"
+    "raw",
+    "ours-batched",
+    "ours-tx",
+    "ours-batch-tx",
+    "pgqueuer",
+    "procrastinate",
+    "graphile",
+    "nats",
+    "rabbitmq",
 ]
 OURS: tuple[System, ...] = ("ours-batched", "ours-tx", "ours-batch-tx")
+ALL_SYSTEMS: tuple[System, ...] = (
+    "raw",
+    *OURS,
+    "pgqueuer",
+    "procrastinate",
+    "graphile",
+    "nats",
+    "rabbitmq",
+)
+SYSTEM_ALIASES: dict[str, tuple[System, ...]] = {
+    "ours": OURS,
+    "peers": ("pgqueuer", "procrastinate", "graphile"),
+    "brokers": ("nats", "rabbitmq"),
+    "all": ALL_SYSTEMS,
+}
+"""``--systems`` names beside the systems' own."""
+UNBATCHED: tuple[System, ...] = ("procrastinate", "graphile")
+"""Systems without a batch size of ours to match: run once per worker count (key batch 0)."""
+BROKERS: tuple[System, ...] = ("nats", "rabbitmq")
+REFERENCE_BATCH = 100
+"""The batch size of the targets, the peers' comparison and the plot."""
+
+GRAPHILE_DIR = Path(__file__).resolve().parent / "graphile"
+GRAPHILE_CONCURRENCY = 24
+"""Keep in step with bench/graphile/worker.js (printed in the plan)."""
+GRAPHILE_LOCAL_QUEUE = 500
+GRAPHILE_POOL_SIZE = 24
+"""pg.Pool ``max`` per graphile process (lazy: it opens the few it uses, 3 measured)."""
+NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+BROKER_PUBLISH_WINDOW = 1000
+"""Publishes in flight (awaiting their ack/confirm) while loading a broker."""
+RABBITMQ_IDLE_POLL = 0.010
+"""A RabbitMQ worker with nothing delivered re-checks the queue after this long (seconds)."""
+CONNECTION_MARGIN = 10
+"""Connections left free for the benchmark itself and other clients of the server."""
 LatencySystem: TypeAlias = Literal["ours", "pgqueuer", "procrastinate"]
 
 SERVER_SETTINGS = (
@@ -169,6 +304,7 @@ SERVER_SETTINGS = (
     "max_wal_size",
     "autovacuum",
     "max_connections",
+    "superuser_reserved_connections",
 )
 
 # -- the raw-SQL ceiling -------------------------------------------------------------------------
@@ -295,13 +431,22 @@ class DrainSpec:
     concurrency: int
     """Handlers at once per process (ours, Procrastinate)."""
     pool_size: int
-    """Connections per process (ours, Procrastinate)."""
+    """Connections per process (ours, Procrastinate, graphile's pool maximum)."""
+    name: str = ""
+    """The broker's stream or queue of this drain."""
 
     @classmethod
-    def default(cls, system: System, url: str, batch: int) -> DrainSpec:
+    def default(
+        cls, system: System, url: str, batch: int, workers: int, budget: int, name: str = ""
+    ) -> DrainSpec:
+        """``budget``: the connections the server can give all ``workers`` processes."""
+        per_process = max(2, budget // workers)
         if system == "procrastinate":
-            return cls(system, url, 1, PROCRASTINATE_CONCURRENCY, PROCRASTINATE_POOL_SIZE)
-        return cls(system, url, batch, max(10, batch), OURS_POOL_SIZE)
+            pool = min(PROCRASTINATE_POOL_SIZE, per_process)
+            return cls(system, url, 1, PROCRASTINATE_CONCURRENCY, pool, name)
+        if system == "graphile":
+            return cls(system, url, 0, GRAPHILE_CONCURRENCY, GRAPHILE_POOL_SIZE, name)
+        return cls(system, url, batch, max(10, batch), min(OURS_POOL_SIZE, per_process), name)
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -613,35 +758,469 @@ async def drain_procrastinate(spec: DrainSpec, barrier: Barrier) -> tuple[float,
         return time.time(), done
 
 
+# -- graphile-worker (Node; bench/graphile/) ---------------------------------------------------
+
+
+def graphile_command(mode: str, url: str, *args: str) -> list[str]:
+    return ["node", str(GRAPHILE_DIR / "worker.js"), mode, conninfo_to_uri(url), *args]
+
+
+def conninfo_to_uri(url: str) -> str:
+    """node-postgres takes URIs only; the benchmark's databases are key=value conninfo."""
+    p = conninfo_to_dict(url)
+    auth = quote(str(p.get("user", "")), safe="")
+    if p.get("password"):
+        auth += ":" + quote(str(p["password"]), safe="")
+    host = str(p.get("host", "localhost"))
+    if host.startswith("/"):  # a socket directory: node-postgres reads it from ?host=
+        return f"postgresql://{auth}@/{quote(str(p.get('dbname', '')))}?host={quote(host)}"
+    port = f":{p['port']}" if p.get("port") else ""
+    return f"postgresql://{auth}@{host}{port}/{quote(str(p.get('dbname', '')))}"
+
+
+def graphile_env() -> dict[str, str]:
+    # Its per-job "Completed task" info line, off as in graphile-worker's own perf test.
+    return {**os.environ, "NO_LOG_SUCCESS": "1"}
+
+
+def graphile_missing() -> str | None:
+    """Why graphile-worker cannot run here (None: it can); runs ``npm ci`` if it can help."""
+    if shutil.which("node") is None:
+        return "node not found; install Node.js 20 and run npm ci --prefix bench/graphile"
+    if not (GRAPHILE_DIR / "node_modules" / "graphile-worker").is_dir():
+        if shutil.which("npm") is None:
+            return "bench/graphile/node_modules missing and npm not found"
+        print("graphile-worker: npm ci --prefix bench/graphile", flush=True)
+        done = subprocess.run(
+            ["npm", "ci", "--prefix", str(GRAPHILE_DIR), "--no-audit", "--no-fund"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode:
+            return f"npm ci failed: {done.stderr.strip()[-300:]}"
+    return None
+
+
+def graphile_version() -> str:
+    try:
+        meta = json.loads((GRAPHILE_DIR / "node_modules/graphile-worker/package.json").read_text())
+    except (OSError, ValueError):
+        return "-"
+    return str(meta.get("version", "-"))
+
+
+def setup_graphile(url: str) -> None:
+    subprocess.run(graphile_command("migrate", url), check=True, env=graphile_env())
+
+
+def enqueue_graphile(url: str, n: int, name: str) -> float:
+    """graphile-worker's bulk API: ``add_jobs`` with the statement its ``addJobs`` sends."""
+    specs = json.dumps([{"identifier": KIND, "payload": {"n": i}} for i in range(n)])
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = time.perf_counter()
+        row = conn.execute(
+            "SELECT count(*) FROM graphile_worker.add_jobs(array("
+            "SELECT json_populate_recordset(null::graphile_worker.job_spec, %s::json)), false)",
+            (specs,),
+        ).fetchone()
+        elapsed = time.perf_counter() - start
+    assert row is not None
+    assert row[0] == n, (row, n)
+    return elapsed
+
+
+def run_graphile_drain(spec: DrainSpec, workers: int) -> tuple[float, int]:
+    """``workers`` node processes; each prints READY once connected, migrated and warmed
+    up; the clock starts when GO is written to all of them and stops at the last one's DONE
+    (its run-once pass found no job left and flushed its completions)."""
+    procs = [
+        subprocess.Popen(
+            graphile_command("drain", spec.url, str(spec.pool_size)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=graphile_env(),
+        )
+        for _ in range(workers)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline().strip()
+            if line != "READY":
+                raise RuntimeError(f"graphile worker did not start (said {line!r})")
+        start = time.time()
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        ends: list[float] = []
+        done = 0
+        for p in procs:
+            assert p.stdout is not None
+            said = p.stdout.readline().split()
+            if len(said) != 3 or said[0] != "DONE":
+                raise RuntimeError(f"graphile worker failed (said {' '.join(said)!r})")
+            ends.append(float(said[1]))
+            done += int(said[2])
+        for p in procs:
+            p.wait(30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    return max(ends) - start, done
+
+
+# -- NATS JetStream ------------------------------------------------------------------------------
+
+
+def nats_subject(name: str) -> str:
+    return f"bench.{name}"
+
+
+NATS_DURABLE = "workers"
+
+
+async def _nats_connect() -> Any:
+    import nats
+
+    async def quiet(exc: Exception) -> None:
+        """Errors surface as exceptions of the calls; nats-py's default prints a traceback."""
+
+    return await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False, error_cb=quiet)
+
+
+def broker_missing(system: System) -> str | None:
+    """Why a broker cannot run here (None: it answers)."""
+    module = {"nats": "nats", "rabbitmq": "aiormq"}[system]
+    if importlib.util.find_spec(module) is None:
+        return f"{module} not installed; pip install -e '.[bench]'"
+
+    async def probe() -> None:
+        if system == "nats":
+            nc = await _nats_connect()
+            try:
+                await nc.jetstream().account_info()
+            finally:
+                await nc.close()
+        else:
+            conn, _ = await _rabbitmq_channel()
+            await conn.close()
+
+    aiormq_log = logging.getLogger("aiormq")
+    level = aiormq_log.level
+    aiormq_log.setLevel(logging.CRITICAL)  # it logs the refused connection it also raises
+    try:
+        asyncio.run(asyncio.wait_for(probe(), 10))
+    except Exception as exc:  # any failure to answer means: skip it
+        where = NATS_URL if system == "nats" else RABBITMQ_URL.split("@")[-1]
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return f"no answer at {where}: {why}"
+    finally:
+        aiormq_log.setLevel(level)
+    return None
+
+
+def setup_nats(url: str) -> None:
+    """Nothing: every drain gets a fresh stream (``enqueue_nats``)."""
+
+
+def enqueue_nats(url: str, n: int, name: str) -> float:
+    """A fresh file-storage work-queue stream and durable pull consumer, then ``n``
+    publishes, each awaiting its ack, ``BROKER_PUBLISH_WINDOW`` in flight."""
+
+    async def go() -> float:
+        from nats.js.api import (
+            AckPolicy,
+            ConsumerConfig,
+            RetentionPolicy,
+            StorageType,
+            StreamConfig,
+        )
+
+        nc = await _nats_connect()
+        try:
+            js = nc.jetstream(publish_async_max_pending=BROKER_PUBLISH_WINDOW)
+            await js.add_stream(
+                StreamConfig(
+                    name=name,
+                    subjects=[nats_subject(name)],
+                    storage=StorageType.FILE,
+                    retention=RetentionPolicy.WORK_QUEUE,
+                )
+            )
+            await js.add_consumer(
+                name,
+                ConsumerConfig(
+                    durable_name=NATS_DURABLE,
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=120,
+                    max_ack_pending=-1,
+                ),
+            )
+            subject = nats_subject(name)
+            futures = []
+            start = time.perf_counter()
+            for i in range(n):
+                futures.append(await js.publish_async(subject, json.dumps({"n": i}).encode()))
+            acks = await asyncio.gather(*futures)
+            elapsed = time.perf_counter() - start
+        finally:
+            await nc.close()
+        assert len(acks) == n
+        return elapsed
+
+    return asyncio.run(go())
+
+
+async def _nats_consumer_left(js: Any, name: str) -> tuple[int, int, int]:
+    info = await js.consumer_info(name, NATS_DURABLE)
+    stream = await js.stream_info(name)
+    return int(info.num_pending), int(info.num_ack_pending), int(stream.state.messages)
+
+
+def remaining_nats(url: str, name: str) -> int:
+    """Messages the consumer has not delivered, delivered but not acked, and left in the
+    stream; acks are applied asynchronously, so wait up to 5 s for them to land."""
+
+    async def go() -> int:
+        nc = await _nats_connect()
+        try:
+            js = nc.jetstream()
+            deadline = time.monotonic() + 5
+            while True:
+                left = await _nats_consumer_left(js, name)
+                if not any(left) or time.monotonic() > deadline:
+                    return sum(left)
+                await asyncio.sleep(0.05)
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def cleanup_nats(url: str, name: str) -> None:
+    async def go() -> None:
+        nc = await _nats_connect()
+        try:
+            with contextlib.suppress(Exception):
+                await nc.jetstream().delete_stream(name)
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+async def drain_nats(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
+    """Pull requests of ``batch`` messages with ``no_wait`` (the first step of nats-py's
+    ``fetch``: it would then linger for new messages, which a drain must not wait for); each
+    message handled and acked; done when a request finds nothing pending."""
+    from nats.js.client import JetStreamContext
+
+    nc = await _nats_connect()
+    done = 0
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        request = json.dumps({"batch": spec.batch, "no_wait": True}).encode()
+        pull = f"$JS.API.CONSUMER.MSG.NEXT.{spec.name}.{NATS_DURABLE}"
+        await nc.flush()
+        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
+        while True:
+            await nc.publish(pull, request, reply=inbox)
+            batch: list[Any] = []
+            while len(batch) < spec.batch:
+                msg = await sub.next_msg(timeout=60)
+                if JetStreamContext.is_status_msg(msg):
+                    break  # 404 no messages / 408 request done: the batch ends here
+                batch.append(msg)
+            if not batch:
+                break
+            for msg in batch:  # as nats-py's fetch: the batch arrives, then each is handled
+                _broker_handler(msg.data)
+                await msg.ack()
+            done += len(batch)
+        await nc.flush()  # the acks are on the server
+        return time.time(), done
+    finally:
+        await nc.close()
+
+
+def _broker_handler(body: bytes) -> None:
+    """The brokers' no-op handler."""
+
+
+# -- RabbitMQ (aiormq, the AMQP client under aio-pika) --------------------------------------------
+
+
+async def _rabbitmq_channel(confirms: bool = False) -> tuple[Any, Any]:
+    import aiormq
+
+    conn = await aiormq.connect(RABBITMQ_URL)
+    return conn, await conn.channel(publisher_confirms=confirms)
+
+
+def setup_rabbitmq(url: str) -> None:
+    """Nothing: every drain gets a fresh queue (``enqueue_rabbitmq``)."""
+
+
+def enqueue_rabbitmq(url: str, n: int, name: str) -> float:
+    """A fresh durable queue, then ``n`` persistent messages on a channel with publisher
+    confirms, ``BROKER_PUBLISH_WINDOW`` awaiting their confirm at once."""
+
+    async def go() -> float:
+        import aiormq
+
+        conn, channel = await _rabbitmq_channel(confirms=True)
+        try:
+            await channel.queue_declare(name, durable=True)
+            persistent = aiormq.spec.Basic.Properties(delivery_mode=2)
+            window = asyncio.Semaphore(BROKER_PUBLISH_WINDOW)
+
+            async def publish(i: int) -> None:
+                async with window:
+                    confirm = await channel.basic_publish(
+                        json.dumps({"n": i}).encode(), routing_key=name, properties=persistent
+                    )
+                if not isinstance(confirm, aiormq.spec.Basic.Ack):
+                    raise RuntimeError(f"rabbitmq: message {i} not confirmed: {confirm!r}")
+
+            start = time.perf_counter()
+            await asyncio.gather(*(publish(i) for i in range(n)))
+            elapsed = time.perf_counter() - start
+        finally:
+            await conn.close()
+        return elapsed
+
+    return asyncio.run(go())
+
+
+def remaining_rabbitmq(url: str, name: str) -> int:
+    """Ready messages once every worker's connection is closed (an unacked message would
+    have gone back to ready then)."""
+
+    async def go() -> int:
+        conn, channel = await _rabbitmq_channel()
+        try:
+            declared = await channel.queue_declare(name, passive=True)
+            return int(declared.message_count or 0)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def cleanup_rabbitmq(url: str, name: str) -> None:
+    async def go() -> None:
+        conn, channel = await _rabbitmq_channel()
+        try:
+            await channel.queue_delete(name)
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+async def drain_rabbitmq(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
+    """A consumer with manual ack and prefetch ``batch``; each delivery handled and acked.
+    With nothing delivered the worker asks the queue (a passive declare, which also comes
+    back after all its acks on the channel); done when the queue has no ready message and
+    this worker holds none. Another worker's unacked deliveries are that worker's to finish;
+    the clock stops at the last worker's end."""
+    conn, channel = await _rabbitmq_channel()
+    done = 0
+    try:
+        await channel.basic_qos(prefetch_count=spec.batch)
+        await channel.queue_declare(spec.name, passive=True)
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def deliver(message: Any) -> None:
+            inbox.put_nowait(message)
+
+        async def handle(message: Any) -> None:
+            _broker_handler(message.body)
+            # wait=False: not until the frame is written (AMQP acks have no reply anyway);
+            # the passive declare that ends the drain comes back after them.
+            await channel.basic_ack(message.delivery.delivery_tag, wait=False)
+
+        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
+        await channel.basic_consume(spec.name, deliver, no_ack=False)
+        while True:
+            if inbox.empty():
+                left = await channel.queue_declare(spec.name, passive=True)
+                if not left.message_count and inbox.empty():
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await handle(await asyncio.wait_for(inbox.get(), RABBITMQ_IDLE_POLL))
+                    done += 1
+                continue
+            await handle(inbox.get_nowait())
+            done += 1
+        return time.time(), done
+    finally:
+        await conn.close()
+
+
+def _nothing(url: str, name: str) -> None:
+    pass
+
+
 @dataclass(frozen=True)
 class SystemOps:
     setup: Callable[[str], None]
-    enqueue: Callable[[str, int], float]
-    remaining_sql: str
+    enqueue: Callable[[str, int, str], float]
+    """Loads ``n`` jobs (into the broker stream or queue ``name``); returns the seconds."""
+    remaining: Callable[[str, str], int]
     """Counts the jobs not done yet (must be 0 after a drain)."""
-    database: str
-    """Systems sharing a database share a schema and take turns on it."""
+    database: str | None
+    """PostgreSQL systems sharing a database share a schema and take turns on it; None for
+    a broker, which gets a fresh stream or queue per drain (``cleanup`` drops it)."""
+    cleanup: Callable[[str, str], None] = _nothing
 
 
+def pg_ops(
+    setup: Callable[[str], None],
+    load: Callable[[str, int], float],
+    remaining_sql: str,
+    database: str,
+) -> SystemOps:
+    return SystemOps(
+        setup,
+        lambda url, n, name: load(url, n),
+        lambda url, name: scalar(url, remaining_sql),
+        database,
+    )
+
+
+OURS_LEFT = "SELECT count(*) FROM pgenough.jobs"
 SYSTEMS: dict[System, SystemOps] = {
-    "raw": SystemOps(setup_raw, enqueue_raw, "SELECT count(*) FROM raw_jobs", "raw"),
-    "ours-batched": SystemOps(
-        setup_ours, enqueue_ours, "SELECT count(*) FROM pgenough.jobs", "ours"
-    ),
-    "ours-tx": SystemOps(setup_ours, enqueue_ours, "SELECT count(*) FROM pgenough.jobs", "ours"),
-    "ours-batch-tx": SystemOps(
-        setup_ours, enqueue_ours, "SELECT count(*) FROM pgenough.jobs", "ours"
-    ),
-    "pgqueuer": SystemOps(
+    "raw": pg_ops(setup_raw, enqueue_raw, "SELECT count(*) FROM raw_jobs", "raw"),
+    "ours-batched": pg_ops(setup_ours, enqueue_ours, OURS_LEFT, "ours"),
+    "ours-tx": pg_ops(setup_ours, enqueue_ours, OURS_LEFT, "ours"),
+    "ours-batch-tx": pg_ops(setup_ours, enqueue_ours, OURS_LEFT, "ours"),
+    "pgqueuer": pg_ops(
         setup_pgqueuer, enqueue_pgqueuer, "SELECT count(*) FROM pgqueuer", "pgqueuer"
     ),
-    "procrastinate": SystemOps(
+    "procrastinate": pg_ops(
         setup_procrastinate,
         enqueue_procrastinate,
         "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
         "procrastinate",
     ),
+    "graphile": SystemOps(
+        setup_graphile,
+        enqueue_graphile,
+        lambda url, name: scalar(url, "SELECT count(*) FROM graphile_worker._private_jobs"),
+        "graphile",
+    ),
+    "nats": SystemOps(setup_nats, enqueue_nats, remaining_nats, None, cleanup_nats),
+    "rabbitmq": SystemOps(
+        setup_rabbitmq, enqueue_rabbitmq, remaining_rabbitmq, None, cleanup_rabbitmq
+    ),
 }
+BROKER_URLS: dict[System, str] = {"nats": NATS_URL, "rabbitmq": RABBITMQ_URL}
 
 
 LATENCY_SYSTEMS: tuple[LatencySystem, ...] = ("ours", "pgqueuer", "procrastinate")
@@ -663,6 +1242,10 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
             import uvloop
 
             end, done = uvloop.run(drain_pgqueuer(spec, barrier))
+        elif spec.system == "nats":
+            end, done = asyncio.run(drain_nats(spec, barrier))
+        elif spec.system == "rabbitmq":
+            end, done = asyncio.run(drain_rabbitmq(spec, barrier))
         else:
             end, done = asyncio.run(drain_procrastinate(spec, barrier))
         reports.put(WorkerReport(end, done))
@@ -673,6 +1256,17 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
 
 def run_drain(ctx: SpawnContext, spec: DrainSpec, workers: int, jobs: int) -> float:
     """Start ``workers`` processes, time the drain from the barrier to the last one's end."""
+    if spec.system == "graphile":
+        drain_s, done = run_graphile_drain(spec, workers)
+    else:
+        drain_s, done = run_python_drain(ctx, spec, workers)
+    left = SYSTEMS[spec.system].remaining(spec.url, spec.name)
+    if left or done != jobs:
+        raise RuntimeError(f"{spec.system}: ran {done} of {jobs} jobs, {left} left")
+    return drain_s
+
+
+def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[float, int]:
     barrier = ctx.Barrier(workers + 1)
     reports: MPQueue[WorkerReport] = ctx.Queue()
     procs = [
@@ -701,10 +1295,7 @@ def run_drain(ctx: SpawnContext, spec: DrainSpec, workers: int, jobs: int) -> fl
             if p.is_alive():
                 p.terminate()
                 p.join(5)
-    left = scalar(spec.url, SYSTEMS[spec.system].remaining_sql)
-    if left or done != jobs:
-        raise RuntimeError(f"{spec.system}: ran {done} of {jobs} jobs, {left} left in the table")
-    return max(ends) - start
+    return max(ends) - start, done
 
 
 # -- add-to-start latency ------------------------------------------------------------------------
@@ -899,43 +1490,72 @@ class Plan:
     procrastinate_workers: tuple[int, ...]
     latency_samples: int
     repeat: int
-    peers: tuple[str, ...]
+    systems: tuple[System, ...]
+    """The systems that will run (selected and available)."""
 
     def configurations(self) -> Iterator[tuple[System, int, int]]:
-        """(system, workers, batch) in run order: the pairs a ratio compares run side by side."""
+        """(system, workers, batch) in run order: the pairs a ratio compares run side by side.
+        Unbatched systems run under batch 0."""
+        on = set(self.systems)
+        graphile_batch = REFERENCE_BATCH if REFERENCE_BATCH in self.batches else None
         for batch in self.batches:
             for workers in self.workers:
-                yield "raw", workers, batch
-                yield from ((system, workers, batch) for system in OURS)
-                if "pgqueuer" in self.peers and batch in self.pgqueuer_batches:
+                for system in ("raw", *OURS):
+                    if system in on:
+                        yield system, workers, batch
+                if "graphile" in on and batch == graphile_batch:
+                    yield "graphile", workers, 0
+                if "pgqueuer" in on and batch in self.pgqueuer_batches:
                     yield "pgqueuer", workers, batch
-        if "pgqueuer" in self.peers:
+                for system in BROKERS:
+                    if system in on:
+                        yield system, workers, batch
+        if "graphile" in on and graphile_batch is None:
+            for workers in self.workers:
+                yield "graphile", workers, 0
+        if "pgqueuer" in on:
             for batch in self.pgqueuer_batches:
                 if batch not in self.batches:
                     for workers in self.workers:
                         yield "pgqueuer", workers, batch
-        if "procrastinate" in self.peers:
+        if "procrastinate" in on:
             for workers in self.procrastinate_workers:
-                yield "procrastinate", workers, 1
+                yield "procrastinate", workers, 0
 
 
-def available_peers(skip: bool) -> tuple[str, ...]:
-    if skip:
-        print("peers: skipped (--skip-peers)")
-        return ()
-    found = []
-    for peer, needs in (
-        ("pgqueuer", ("pgqueuer", "asyncpg", "uvloop")),
-        ("procrastinate", ("procrastinate",)),
-    ):
-        missing = [m for m in needs if importlib.util.find_spec(m) is None]
-        if missing:
-            print(
-                f"peers: {peer} skipped, not installed ({', '.join(missing)}); "
-                "pip install -e '.[bench]'"
-            )
+def parse_systems(spec: str) -> tuple[System, ...]:
+    chosen: list[System] = []
+    for word in (w.strip() for w in spec.split(",") if w.strip()):
+        names: tuple[System, ...]
+        if word in SYSTEM_ALIASES:
+            names = SYSTEM_ALIASES[word]
+        elif word in ALL_SYSTEMS:
+            names = tuple(s for s in ALL_SYSTEMS if s == word)
         else:
-            found.append(peer)
+            known = ", ".join((*ALL_SYSTEMS, *SYSTEM_ALIASES))
+            raise SystemExit(f"--systems: unknown {word!r} (known: {known})")
+        chosen.extend(n for n in names if n not in chosen)
+    return tuple(s for s in ALL_SYSTEMS if s in chosen)
+
+
+def available_systems(selected: tuple[System, ...]) -> tuple[System, ...]:
+    """The selected systems that can run here; every other one is printed as skipped."""
+    found: list[System] = []
+    for system in selected:
+        why: str | None = None
+        if system in ("pgqueuer", "procrastinate"):
+            needs = ("pgqueuer", "asyncpg", "uvloop") if system == "pgqueuer" else (system,)
+            missing = [m for m in needs if importlib.util.find_spec(m) is None]
+            if missing:
+                why = f"not installed ({', '.join(missing)}); pip install -e '.[bench]'"
+        elif system == "graphile":
+            why = graphile_missing()
+        elif system in BROKERS:
+            why = broker_missing(system)
+        if why:
+            print(f"skipped: {system} ({why})")
+        else:
+            found.append(system)
     return tuple(found)
 
 
@@ -944,6 +1564,20 @@ def version_of(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "-"
+
+
+def connection_budget(server: Server) -> int:
+    """Connections the drain processes may open now: ``max_connections`` less the superuser
+    reserve, the client connections already open (the benchmark's own, anyone else's) and
+    ``CONNECTION_MARGIN``."""
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT current_setting('max_connections')::int"
+            " - current_setting('superuser_reserved_connections')::int"
+            " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]) - CONNECTION_MARGIN
 
 
 # -- reporting ------------------------------------------------------------------------------------
@@ -989,7 +1623,7 @@ def report(
             [
                 system,
                 str(workers),
-                "-" if system == "procrastinate" else str(batch),
+                "-" if system in UNBATCHED else str(batch),
                 fmt_rate(r.best_rate),
                 rounds,
                 fmt_rate(r.enqueue_rate),
@@ -999,25 +1633,27 @@ def report(
     if plan.repeat == 1:
         headers.pop(4)
         rows = [r[:4] + r[5:] for r in rows]
-    print(table(headers, rows))
+    print(table(headers, rows) if rows else "(nothing ran)")
 
-    print("\n## Ratios (same run)\n")
+    def ratio(a: DrainResult | None, b: DrainResult | None) -> str:
+        return fmt_ratio(a.best_rate / b.best_rate) if a and b else "-"
+
+    print("\n## Ratios (same run; graphile-worker has no batch size: its one run per worker")
+    print(f"## count is compared at batch {REFERENCE_BATCH})\n")
     rows = []
     for batch in plan.batches:
         for workers in plan.workers:
             raw = drains.get(("raw", workers, batch))
-            cells = [str(workers), str(batch)]
-            for mode in OURS:
-                ours = drains.get((mode, workers, batch))
-                cells.append(fmt_ratio(ours.best_rate / raw.best_rate) if ours and raw else "-")
-            pgq = drains.get(("pgqueuer", workers, batch))
             ours = drains.get(("ours-batched", workers, batch))
-            cells.append(fmt_ratio(ours.best_rate / pgq.best_rate) if ours and pgq else "-")
-            batch_tx = drains.get(("ours-batch-tx", workers, batch))
-            cells.append(
-                fmt_ratio(batch_tx.best_rate / ours.best_rate) if batch_tx and ours else "-"
-            )
-            rows.append(cells)
+            cells = [str(workers), str(batch)]
+            cells.extend(ratio(drains.get((mode, workers, batch)), raw) for mode in OURS)
+            cells.append(ratio(ours, drains.get(("pgqueuer", workers, batch))))
+            cells.append(ratio(drains.get(("ours-batch-tx", workers, batch)), ours))
+            graphile = drains.get(("graphile", workers, 0)) if batch == REFERENCE_BATCH else None
+            cells.append(ratio(ours, graphile))
+            cells.extend(ratio(ours, drains.get((b, workers, batch))) for b in BROKERS)
+            if any(c != "-" for c in cells[2:]):
+                rows.append(cells)
     headers = [
         "workers",
         "batch",
@@ -1026,8 +1662,11 @@ def report(
         "batch-tx/raw",
         "batched/pgqueuer",
         "batch-tx/batched",
+        "batched/graphile",
+        "batched/nats",
+        "batched/rabbitmq",
     ]
-    print(table(headers, rows))
+    print(table(headers, rows) if rows else "(nothing to compare)")
 
     if latencies:
         print(f"\n## Add-to-start latency, ms ({plan.latency_samples} samples, idle worker)\n")
@@ -1052,34 +1691,56 @@ def report(
                 f"p99 {fmt_ratio(ours_l.p99 / pgq_l.p99)}"
             )
 
-    print("\n## Targets (batched completion mode)\n")
-    rows = []
+    print("\n## Targets (issue 13 §2; ours = the batched completion mode unless named)\n")
+    print(table(["target", "measured", "verdict"], targets(plan, drains, latencies) or [["-"] * 3]))
+
+
+def targets(
+    plan: Plan,
+    drains: dict[tuple[System, int, int], DrainResult],
+    latencies: dict[LatencySystem, LatencyResult],
+) -> list[list[str]]:
+    rows: list[list[str]] = []
+
+    def check(name: str, a: DrainResult | None, b: DrainResult | None, at_least: float) -> None:
+        if a and b:
+            x = a.best_rate / b.best_rate
+            rows.append([name, fmt_ratio(x), verdict(x >= at_least)])
+
+    ref = REFERENCE_BATCH
     for workers in plan.workers:
-        raw100, ours100 = (
-            drains.get(("raw", workers, 100)),
-            drains.get(("ours-batched", workers, 100)),
+        ours100 = drains.get(("ours-batched", workers, ref))
+        w = f"{workers}w"
+        check(
+            f"batch {ref}, {w}: >= 1.5x graphile",
+            ours100,
+            drains.get(("graphile", workers, 0)),
+            1.5,
         )
-        pgq100 = drains.get(("pgqueuer", workers, 100))
-        raw1, ours1 = drains.get(("raw", workers, 1)), drains.get(("ours-batched", workers, 1))
-        if raw100 and ours100:
-            x = ours100.best_rate / raw100.best_rate
-            rows.append([f"batch 100, {workers}w: >= 0.5x raw", fmt_ratio(x), verdict(x >= 0.5)])
-        if pgq100 and ours100:
-            x = ours100.best_rate / pgq100.best_rate
-            rows.append([f"batch 100, {workers}w: >= 2x pgqueuer", fmt_ratio(x), verdict(x >= 2.0)])
-        if raw1 and ours1:
-            x = ours1.best_rate / raw1.best_rate
-            rows.append([f"batch 1, {workers}w: >= 0.8x raw", fmt_ratio(x), verdict(x >= 0.8)])
-        batch_tx100 = drains.get(("ours-batch-tx", workers, 100))
-        if batch_tx100 and ours100:
-            x = batch_tx100.best_rate / ours100.best_rate
-            rows.append(
-                [
-                    f"batch 100, {workers}w: batch-transactional >= 0.5x batched",
-                    fmt_ratio(x),
-                    verdict(x >= 0.5),
-                ]
+        check(f"batch {ref}, {w}: >= 0.6x raw", ours100, drains.get(("raw", workers, ref)), 0.6)
+        check(
+            f"batch 1, {w}: >= 0.8x raw",
+            drains.get(("ours-batched", workers, 1)),
+            drains.get(("raw", workers, 1)),
+            0.8,
+        )
+        check(
+            f"batch {ref}, {w}: batch-tx >= 0.5x batched",
+            drains.get(("ours-batch-tx", workers, ref)),
+            ours100,
+            0.5,
+        )
+    for batch in plan.batches:
+        for workers in plan.workers:
+            ours, nats = (
+                drains.get(("ours-batched", workers, batch)),
+                drains.get(("nats", workers, batch)),
             )
+            if ours and nats:
+                x = ours.best_rate / nats.best_rate
+                rows.append(
+                    [f"batch {batch}, {workers}w: ahead of nats", fmt_ratio(x), verdict(x > 1)]
+                )
     if latencies.get("ours") and latencies.get("pgqueuer"):
         o, p = latencies["ours"], latencies["pgqueuer"]
         rows.append(
@@ -1090,10 +1751,82 @@ def report(
             ]
         )
         rows.append(["latency p99 <= pgqueuer", fmt_ratio(o.p99 / p.p99), verdict(o.p99 <= p.p99)])
-    print(table(["target", "measured", "verdict"], rows) if rows else "(nothing to compare)")
+    return rows
+
+
+PLOT_LABELS: dict[System, str] = {
+    "ours-batched": "pgenough (batched)",
+    "ours-tx": "pgenough (transactional)",
+    "ours-batch-tx": "pgenough (batch-transactional)",
+    "raw": "raw SKIP LOCKED loop",
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
+    "graphile": "graphile-worker",
+    "nats": "NATS JetStream",
+    "rabbitmq": "RabbitMQ",
+}
+
+
+def plot_drain(
+    plan: Plan, drains: dict[tuple[System, int, int], DrainResult], path: Path, server: Server
+) -> None:
+    """Drain jobs/s vs worker processes at the reference batch, one line per system, the best
+    round per point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    drawn = 0
+    for system in plan.systems:
+        batch = 0 if system in UNBATCHED else REFERENCE_BATCH
+        points = sorted(
+            (w, r.best_rate) for (s, w, b), r in drains.items() if s == system and b == batch
+        )
+        if not points:
+            continue
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", label=PLOT_LABELS[system])
+        drawn += 1
+    if not drawn:
+        print(f"plot: nothing measured at batch {REFERENCE_BATCH}; {path} not written")
+        plt.close(fig)
+        return
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(plan.workers), [str(w) for w in plan.workers])
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("drain jobs/s")
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:,.0f}"))
+    ax.grid(True, alpha=0.3)
+    rounds = f"best of {plan.repeat} rounds" if plan.repeat > 1 else "one round"
+    ax.set_title(
+        f"Drain of {plan.jobs:,} durable no-op jobs, batch/prefetch {REFERENCE_BATCH} "
+        f"({rounds})\nPostgreSQL {server.settings.get('server_version', '?')}, "
+        f"synchronous_commit={server.settings.get('synchronous_commit', '?')}, "
+        f"{os.cpu_count()} CPUs",
+        fontsize=10,
+    )
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"plot: {path}")
 
 
 # -- main -----------------------------------------------------------------------------------------
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need positive integers: {text!r}")
+    return values
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -1104,7 +1837,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: 2,000 jobs, 1 and 4 workers, 50 samples"
     )
-    parser.add_argument("--skip-peers", action="store_true", help="no PgQueuer/Procrastinate")
+    parser.add_argument(
+        "--workers", type=int_list, default=None, help="worker processes, e.g. 1,2,4,8,16"
+    )
+    parser.add_argument("--batches", type=int_list, default=None, help="default 1,100")
+    parser.add_argument(
+        "--systems",
+        default="all",
+        help=f"comma-separated, of {', '.join(ALL_SYSTEMS)} or {', '.join(SYSTEM_ALIASES)} "
+        "(default all)",
+    )
+    parser.add_argument(
+        "--skip-peers", action="store_true", help="only ours and raw (no peers, no brokers)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the throughput matrix")
     parser.add_argument("--latency-samples", type=int, default=None, help="default 200")
     parser.add_argument("--no-latency", action="store_true", help="skip add-to-start latency")
@@ -1116,21 +1861,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="before each measurement, wait up to this many seconds for an idle machine",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help=f"PNG of drain jobs/s vs worker processes at batch {REFERENCE_BATCH}",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    peers = available_peers(args.skip_peers)
+    selected = parse_systems(args.systems)
+    if args.skip_peers:
+        print("peers and brokers: skipped (--skip-peers)")
+        selected = tuple(s for s in selected if s == "raw" or s in OURS)
+    workers = args.workers or ((1, 4) if args.quick else (1, 2, 4))
+    systems = available_systems(selected)
     plan = Plan(
         jobs=args.jobs or (2_000 if args.quick else 20_000),
-        workers=(1, 4) if args.quick else (1, 2, 4),
-        batches=(1, 100),
-        pgqueuer_batches=(10, 100),
-        procrastinate_workers=(1,) if args.quick else (1, 4),
+        workers=workers,
+        batches=args.batches or (1, REFERENCE_BATCH),
+        pgqueuer_batches=(10, REFERENCE_BATCH),
+        procrastinate_workers=tuple(w for w in workers if w in ((1,) if args.quick else (1, 4)))
+        or workers[:1],
         latency_samples=args.latency_samples or (50 if args.quick else 200),
         repeat=max(1, args.repeat),
-        peers=peers,
+        systems=systems,
     )
 
     url = os.environ.get("DATABASE_URL")
@@ -1149,52 +1906,79 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"
         f"; pgenough {version_of('pgenough')}, psycopg {version_of('psycopg')}, pgqueuer "
         f"{version_of('pgqueuer')}, asyncpg {version_of('asyncpg')}, procrastinate "
-        f"{version_of('procrastinate')}, uvloop {version_of('uvloop')}"
+        f"{version_of('procrastinate')}, uvloop {version_of('uvloop')}, graphile-worker "
+        f"{graphile_version()}, nats-py {version_of('nats-py')}, aiormq "
+        f"{version_of('aiormq')}"
     )
     print(
-        f"plan: {plan.jobs:,} jobs, workers {plan.workers}, batches {plan.batches}, pgqueuer "
-        f"batches {plan.pgqueuer_batches}, procrastinate workers {plan.procrastinate_workers} "
-        f"(concurrency {PROCRASTINATE_CONCURRENCY}), {plan.repeat} round(s), "
-        f"latency {0 if args.no_latency else plan.latency_samples} samples\n"
+        f"plan: {plan.jobs:,} jobs, systems {', '.join(plan.systems) or '-'}, workers "
+        f"{plan.workers}, batches {plan.batches}, pgqueuer batches {plan.pgqueuer_batches}, "
+        f"procrastinate workers {plan.procrastinate_workers} (concurrency "
+        f"{PROCRASTINATE_CONCURRENCY}), graphile-worker concurrency {GRAPHILE_CONCURRENCY} "
+        f"local queue {GRAPHILE_LOCAL_QUEUE}, {plan.repeat} round(s), latency "
+        f"{0 if args.no_latency else plan.latency_samples} samples\n"
     )
 
     ctx = multiprocessing.get_context("spawn")
     began = time.perf_counter()
     drains: dict[tuple[System, int, int], DrainResult] = {}
     latencies: dict[LatencySystem, LatencyResult] = {}
+    drain_no = 0
+    failure: str | None = None
     try:
         urls: dict[str, str] = {}
         for system, _, _ in plan.configurations():
             ops = SYSTEMS[system]
-            if ops.database not in urls:
+            if ops.database is not None and ops.database not in urls:
                 urls[ops.database] = server.database(ops.database)
                 ops.setup(urls[ops.database])
 
-        for round_no in range(1, plan.repeat + 1):
-            for system, workers, batch in plan.configurations():
-                ops = SYSTEMS[system]
-                db = urls[ops.database]
-                enqueue_s = ops.enqueue(db, plan.jobs)
-                prepare_drain(db)
-                busy = wait_quiet(args.quiet_wait)
-                drain_s = run_drain(ctx, DrainSpec.default(system, db, batch), workers, plan.jobs)
-                r = drains.setdefault(
-                    (system, workers, batch), DrainResult(system, workers, batch, plan.jobs)
-                )
-                r.enqueue_s.append(enqueue_s)
-                r.drain_s.append(drain_s)
-                r.busy_before.append(busy)
-                print(
-                    f"[round {round_no}] {system:>13} workers={workers} batch={batch:>3}: "
-                    f"drain {plan.jobs / drain_s:>9,.0f} jobs/s ({drain_s:6.2f} s), "
-                    f"enqueue {plan.jobs / enqueue_s:>9,.0f} jobs/s, before: {fmt_busy(busy)}",
-                    flush=True,
-                )
+        try:
+            for round_no in range(1, plan.repeat + 1):
+                for system, workers, batch in plan.configurations():
+                    ops = SYSTEMS[system]
+                    target = urls[ops.database] if ops.database else BROKER_URLS[system]
+                    drain_no += 1
+                    name = f"bench_{server.tag}_{drain_no}" if ops.database is None else ""
+                    try:
+                        enqueue_s = ops.enqueue(target, plan.jobs, name)
+                        if ops.database:
+                            prepare_drain(target)
+                        busy = wait_quiet(args.quiet_wait)
+                        budget = connection_budget(server)
+                        spec = DrainSpec.default(system, target, batch, workers, budget, name)
+                        if system in (*OURS, "procrastinate") and spec.pool_size < OURS_POOL_SIZE:
+                            print(
+                                f"pools: {spec.pool_size} connections per process, not "
+                                f"{OURS_POOL_SIZE}: {budget} free on the server for {workers}"
+                            )
+                        drain_s = run_drain(ctx, spec, workers, plan.jobs)
+                    finally:
+                        if name:
+                            ops.cleanup(target, name)
+                    r = drains.setdefault(
+                        (system, workers, batch), DrainResult(system, workers, batch, plan.jobs)
+                    )
+                    r.enqueue_s.append(enqueue_s)
+                    r.drain_s.append(drain_s)
+                    r.busy_before.append(busy)
+                    shown = "  -" if system in UNBATCHED else f"{batch:>3}"
+                    print(
+                        f"[round {round_no}] {system:>13} workers={workers} batch={shown}: "
+                        f"drain {plan.jobs / drain_s:>9,.0f} jobs/s ({drain_s:6.2f} s), "
+                        f"enqueue {plan.jobs / enqueue_s:>9,.0f} jobs/s, before: {fmt_busy(busy)}",
+                        flush=True,
+                    )
+        except (RuntimeError, psycopg.Error, OSError) as exc:
+            # A drain that cannot run (the server out of connections, a broker gone) ends the
+            # measuring, not the report: what was measured before it is printed.
+            failure = f"{type(exc).__name__}: {exc}"
+            print(f"\nINCOMPLETE, measuring stopped: {failure}", flush=True)
 
-        if not args.no_latency:
+        if not args.no_latency and failure is None:
             latency_urls: dict[LatencySystem, str] = {}
             for lsys in LATENCY_SYSTEMS:
-                if lsys != "ours" and lsys not in peers:
+                if lsys != "ours" and lsys not in plan.systems:
                     continue
                 if lsys not in urls:  # its throughput runs were not in the plan
                     urls[lsys] = server.database(lsys)
@@ -1214,6 +1998,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         server.drop_all()
 
     report(plan, drains, latencies)
+    if args.plot:
+        plot_drain(plan, drains, args.plot, server)
     print(f"\ntotal time {time.perf_counter() - began:.0f} s")
     if args.json:
         args.json.write_text(
@@ -1222,6 +2008,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "server": server.description,
                     "settings": server.settings,
                     "plan": asdict(plan),
+                    "incomplete": failure,
                     "drains": [{**asdict(r), "rates": r.rates} for r in drains.values()],
                     "latency": {
                         s: {"p50": r.p50, "p99": r.p99, **asdict(r)} for s, r in latencies.items()
@@ -1230,6 +2017,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 indent=2,
             )
         )
+    if failure:
+        raise SystemExit(f"INCOMPLETE (the figures above are partial): {failure}")
 
 
 if __name__ == "__main__":
