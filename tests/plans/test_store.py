@@ -37,6 +37,21 @@ async def test_sql_and_python_derive_the_same_plan_id(
     assert row[0].version == 3
 
 
+async def test_sql_and_python_plan_ids_agree_in_bulk(db: AsyncConnectionPool) -> None:
+    """Every variant digit and a spread of inputs: the PL/pgSQL function (migration 0005)
+    derives exactly what Python's uuid3 does."""
+    keys = [(f"p{i % 7}", f"b{i}\u00e9\\", f"{i * 7919}\U0001f3ad") for i in range(3000)]
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT pgenough.plan_uuid(p, b, n) FROM unnest(%s::text[], %s::text[], %s::text[])"
+            " WITH ORDINALITY AS k(p, b, n, i) ORDER BY i",
+            ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+        )
+        got = [row[0] for row in await cur.fetchall()]
+    assert got == [plan_uuid(*k) for k in keys]
+    assert {str(u)[19] for u in got} == set("89ab")
+
+
 async def test_a_row_postgres_refuses_is_isolated_and_its_neighbours_written(
     db: AsyncConnectionPool,
 ) -> None:
@@ -225,3 +240,73 @@ async def test_copies_in_a_staging_table_sealed_without_the_merge_end_with_the_l
         assert await cur.fetchall() == [("last", "offline", True)]
         cur = await conn.execute("SELECT count(*) FROM pgenough.plan_failures")
         assert await cur.fetchone() == (0,)
+
+
+async def test_copy_text_stages_exactly_what_records_stage(db: AsyncConnectionPool) -> None:
+    """The fetch worker's COPY text (``FeedParser(copy_text=True)``) and the typed records
+    through psycopg's row formatting load identical staging rows, awkward values included."""
+    from pgenough.plans.feed import FeedParser, parse_bytes
+    from pgenough.plans.simdata import render_snapshot
+    from tests.plans.feedgen import render
+
+    awkward = render(
+        [
+            {
+                "base_plan_id": "b\\1",
+                "sell_mode": "ONLINE",
+                "title": "tab\there\nnew\rline back\\slash & <amp> \u00e9\U0001f3ad",
+                "organizer_company_id": "o\\rg",
+                "plans": [
+                    {
+                        "plan_id": "p\\t1",
+                        "plan_start_date": "2021-06-30T21:00:00.123456+02:00",
+                        "plan_end_date": "2021-06-30T23:00:00Z",
+                        "sell_from": "2021-02-30T00:00:00",
+                        "sell_to": "2021-06-30T19:00:00.5",
+                        "sold_out": "1",
+                        "zones": [{"price": "007"}, {"price": "0.0000001"}, {"price": "12.50"}],
+                    },
+                    {"plan_id": "p2", "plan_start_date": "0001-01-01T00:00:00",
+                     "plan_end_date": "", "sold_out": "maybe", "zones": [{"name": "no price"}]},
+                ],
+            },
+            {
+                "base_plan_id": "b2",
+                "sell_mode": "offline",
+                "title": "",
+                "organizer_company_id": "not an id",
+                "plans": [{"plan_id": "p3", "plan_start_date": "9999-12-31T23:59:59",
+                           "sell_from": "2021-06-30T19:00:00", "sold_out": "false"}],
+            },
+        ]
+    )  # fmt: skip
+    for document in (awkward, b"".join(render_snapshot(seed=3, version=2, plans=500))):
+        records, _ = parse_bytes(document)
+        parser = FeedParser(copy_text=True)
+        lines = parser.feed_copy(document[:100]) + parser.feed_copy(document[100:])
+        lines += parser.close_copy()
+        assert len(lines) == len(records) > 0
+        async with db.connection() as conn:
+            tables = []
+            for run_id, write in ((9001, "records"), (9002, "lines")):
+                await store.drop_staging(conn, run_id)
+                await store.create_staging(conn, run_id, "copy")
+                writer = store.StagingWriter(run_id)
+                if write == "records":
+                    await writer.write(conn, records[:7])
+                    await writer.write(conn, records[7:])
+                else:
+                    await writer.write_copy(conn, lines[:7])
+                    await writer.write_copy(conn, lines[7:])
+                tables.append(store.staging_table(run_id))
+            cur = await conn.execute(
+                sql.SQL(
+                    "SELECT count(*) FROM ((TABLE {0} EXCEPT ALL TABLE {1})"
+                    " UNION ALL (TABLE {1} EXCEPT ALL TABLE {0})) d"
+                ).format(*tables)
+            )
+            assert await cur.fetchone() == (0,)
+            cur = await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(tables[1]))
+            assert await cur.fetchone() == (len(records),)
+            for run_id in (9001, 9002):
+                await store.drop_staging(conn, run_id)

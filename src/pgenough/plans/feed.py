@@ -246,6 +246,24 @@ def _clip_id(value: str | None) -> str | None:
     return None if value is None else _clip(value, _ID_CLIP)
 
 
+_COPY_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+COPY_NULL: Final = "\\N"
+"""NULL in PostgreSQL's COPY text format."""
+
+
+def _copy_text(value: str) -> str:
+    """``value`` escaped for COPY text format (checks first: nearly every value is clean)."""
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value
+
+
+def _copy_stamp(raw: str, parsed: datetime) -> str:
+    """COPY text of a date-time ``_parse_datetime`` accepted: the feed's own text plus ``Z``
+    for its plain form (19 characters, fromisoformat validated them), else ISO 8601 in UTC."""
+    return raw + "Z" if len(raw) == 19 else parsed.isoformat()
+
+
 def _parse_datetime(value: str) -> datetime | None:
     """The UTC date-time ``value`` denotes, or ``None`` when it is not a real one."""
     try:
@@ -267,8 +285,12 @@ class _Mapper(_Target):
     """The lxml parser target: maps start/end events to records, keeping only the current
     base_plan's and plan's fields."""
 
-    def __init__(self) -> None:
+    def __init__(self, copy_text: bool = False) -> None:
         self.records: list[PlanRecord] = []
+        self.lines: list[str] = []
+        """COPY text mode: each kept plan as one line (``_end_plan_copy``)."""
+        if copy_text:
+            self._end_plan = self._end_plan_copy  # type: ignore[method-assign]
         self.skipped = 0
         self.skip_samples: list[Skip] = []
         self.plans_seen = 0
@@ -295,6 +317,11 @@ class _Mapper(_Target):
         self._sell_from: datetime | None = None
         self._sell_to: datetime | None = None
         self._sold_out: bool | None = None
+        # the feed's text of the date-times above, for COPY text mode
+        self._starts_raw = ""
+        self._ends_raw = ""
+        self._sell_from_raw = ""
+        self._sell_to_raw = ""
         self._zones = 0
         self._min: Decimal | None = None
         self._max: Decimal | None = None
@@ -369,6 +396,12 @@ class _Mapper(_Target):
         self.records = []
         return records
 
+    def take_lines(self) -> list[str]:
+        """COPY text mode: the lines completed since the last call."""
+        lines = self.lines
+        self.lines = []
+        return lines
+
     def _begin_root(self, tag: str) -> None:
         variant = _VARIANTS.get(tag)
         if variant is None:
@@ -436,6 +469,7 @@ class _Mapper(_Target):
         starts_at = _parse_datetime(raw)
         if starts_at is None:
             return f"invalid {names.start} {_show(raw)}"
+        self._starts_raw = raw
         ends_at = None
         raw = attrib.get(names.end)
         if raw:  # missing or empty: a plan without an end (the spec makes it nullable)
@@ -444,11 +478,14 @@ class _Mapper(_Target):
                 return f"invalid {names.end} {_show(raw)}"
             if ends_at < starts_at:
                 return f"{names.end} before {names.start}"
+            self._ends_raw = raw
         # Not served: read when valid, never a reason to skip.
         raw = attrib.get("sell_from")
         self._sell_from = _parse_datetime(raw) if raw else None
+        self._sell_from_raw = raw or ""
         raw = attrib.get("sell_to")
         self._sell_to = _parse_datetime(raw) if raw else None
+        self._sell_to_raw = raw or ""
         raw = attrib.get("sold_out")
         self._sold_out = _BOOLEANS.get(raw) if raw is not None else None
         self._plan_key = plan_id
@@ -502,6 +539,36 @@ class _Mapper(_Target):
             )
         )
 
+    def _end_plan_copy(self) -> None:
+        """``_end_plan`` in COPY text mode: the staging columns after ``seq`` (``copy_staging``
+        in ``sql/store.sql``), tab-separated, straight from the feed's validated strings:
+        no record, no typed values formatted back to text."""
+        reason = self._plan_reason
+        if reason is not None:
+            self._skip(reason)
+            return
+        ends, sell_from, sell_to = self._ends_at, self._sell_from, self._sell_to
+        low, high, sold_out = self._min, self._max, self._sold_out
+        organizer = self._organizer
+        self.lines.append(
+            "\t".join(
+                (
+                    _copy_text(self._base_key),
+                    _copy_text(self._plan_key),
+                    _copy_text(self._title),
+                    self._sell_mode,
+                    COPY_NULL if organizer is None else _copy_text(organizer),
+                    _copy_stamp(self._starts_raw, self._starts_at),
+                    COPY_NULL if ends is None else _copy_stamp(self._ends_raw, ends),
+                    COPY_NULL if sell_from is None else _copy_stamp(self._sell_from_raw, sell_from),
+                    COPY_NULL if sell_to is None else _copy_stamp(self._sell_to_raw, sell_to),
+                    COPY_NULL if sold_out is None else ("t" if sold_out else "f"),
+                    COPY_NULL if low is None else str(low),
+                    COPY_NULL if high is None else str(high),
+                )
+            )
+        )
+
     def _skip(self, reason: str) -> None:
         self.skipped += 1
         if len(self.skip_samples) < MAX_SKIP_SAMPLES:
@@ -516,8 +583,12 @@ class FeedParser:
     complete. Once closed, or once it has raised ``FeedError``, the parser is spent.
     """
 
-    def __init__(self) -> None:
-        self._mapper = _Mapper()
+    def __init__(self, *, copy_text: bool = False) -> None:
+        """``copy_text``: hand back each plan as a line of COPY text for the staging table
+        (``feed_copy``/``close_copy``) instead of a ``PlanRecord``: what the fetch worker
+        stages, without building typed values that would be formatted back to text."""
+        self._copy_text = copy_text
+        self._mapper = _Mapper(copy_text)
         self._parser = etree.XMLParser(
             target=self._mapper,
             resolve_entities="internal",  # see the module docstring: False mangles "&amp;"
@@ -557,9 +628,38 @@ class FeedParser:
 
     def feed(self, chunk: bytes) -> list[PlanRecord]:
         """Parse the next chunk of the document; the records it completed, in document order."""
+        self._check_mode(copy_text=False)
+        self._feed(chunk)
+        return self._mapper.take()
+
+    def close(self) -> list[PlanRecord]:
+        """End the document: the last records, or ``FeedError`` if it is incomplete."""
+        self._check_mode(copy_text=False)
+        self._close()
+        return self._mapper.take()
+
+    def feed_copy(self, chunk: bytes) -> list[str]:
+        """``feed`` in COPY text mode: the plans completed, each as a line of COPY text of the
+        staging columns after ``seq`` (``copy_staging`` in ``sql/store.sql``), no newline."""
+        self._check_mode(copy_text=True)
+        self._feed(chunk)
+        return self._mapper.take_lines()
+
+    def close_copy(self) -> list[str]:
+        """``close`` in COPY text mode."""
+        self._check_mode(copy_text=True)
+        self._close()
+        return self._mapper.take_lines()
+
+    def _check_mode(self, *, copy_text: bool) -> None:
+        if copy_text != self._copy_text:
+            wanted = "FeedParser(copy_text=True)" if copy_text else "FeedParser()"
+            raise RuntimeError(f"this method needs a {wanted}")
+
+    def _feed(self, chunk: bytes) -> None:
         self._check_usable()
         if not chunk:
-            return []
+            return
         self._bytes += len(chunk)
         try:
             self._guard(chunk)
@@ -568,10 +668,8 @@ class FeedParser:
             raise self._fail(exc) from None
         except etree.LxmlError as exc:
             raise self._fail(FeedError(_syntax_reason(exc))) from exc
-        return self._mapper.take()
 
-    def close(self) -> list[PlanRecord]:
-        """End the document: the last records, or ``FeedError`` if it is incomplete."""
+    def _close(self) -> None:
         self._check_usable()
         self._closed = True
         try:
@@ -584,7 +682,6 @@ class FeedParser:
             raise self._fail(FeedError(self._early_end())) from exc
         if self._mapper.level != _AFTER_ROOT:  # libxml2 always objects first; stay sure
             raise self._fail(FeedError(self._early_end()))
-        return self._mapper.take()
 
     def _guard(self, chunk: bytes) -> None:
         """Fail before libxml2 reads an element with more than ``MAX_MARKUP_EQUALS``
@@ -636,6 +733,7 @@ class FeedParser:
     def _fail(self, error: FeedError) -> FeedError:
         self._error = error
         self._mapper.records = []
+        self._mapper.lines = []
         return error
 
 

@@ -53,7 +53,7 @@ from pgenough.plans import metrics, store
 from pgenough.plans.defaults import DEFAULT_DEADLINE
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
-from pgenough.plans.feed import FeedParser, PlanRecord
+from pgenough.plans.feed import FeedParser
 from pgenough.plans.pacing import DEFAULT_PACING, Pacer, PacingConfig
 from pgenough.plans.process import DEFAULT_STALE_AFTER, apply_chunk
 from pgenough.plans.provider import Attempt, ProviderConfig
@@ -230,7 +230,7 @@ class _Fetch:
         self.run_id: int | None = None
         self.phase = "opening the run"
         self.progress = Progress()
-        self.parser = FeedParser()
+        self.parser = FeedParser(copy_text=True)
         self.writer: store.StagingWriter | None = None
         self.last_beat = time.monotonic()
         self.pacer = Pacer(config.pacing)
@@ -313,12 +313,12 @@ class _Fetch:
     async def _consume(self, body: AsyncIterator[bytes]) -> None:
         progress, writer = self.progress, self.writer
         assert writer is not None
-        batch: list[PlanRecord] = []
+        batch: list[str] = []
         async for chunk in body:
             progress.bytes += len(chunk)
-            batch.extend(self.parser.feed(chunk))
+            batch += self.parser.feed_copy(chunk)
             if len(batch) >= self.config.copy_batch:
-                progress.staged += await writer.write(self.conn, batch)
+                progress.staged += await writer.write_copy(self.conn, batch)
                 batch = []
                 progress.skipped = self.parser.skipped
                 if self.on_progress:
@@ -328,9 +328,9 @@ class _Fetch:
             # Beat per network chunk, not per COPY batch: a slow but live stream can take
             # longer than stale_after to fill a batch, and must not look dead to the reaper.
             await self._beat()
-        batch.extend(self.parser.close())
+        batch += self.parser.close_copy()
         if batch:
-            progress.staged += await writer.write(self.conn, batch)
+            progress.staged += await writer.write_copy(self.conn, batch)
         progress.skipped = self.parser.skipped
         if self.on_progress:
             self.on_progress(progress)
@@ -371,7 +371,7 @@ class _Fetch:
         assert self.writer is not None
         await store.truncate_staging(self.conn, self.run_id)
         self.writer.reset()
-        self.parser = FeedParser()
+        self.parser = FeedParser(copy_text=True)
         self.progress.bytes = self.progress.staged = self.progress.skipped = 0
 
     async def _record(self, attempt: Attempt) -> None:

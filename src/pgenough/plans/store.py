@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -95,6 +95,16 @@ class StagingWriter:
 
     def reset(self) -> None:
         self.seq = 0
+
+    async def write_copy(self, conn: AsyncConn, lines: Sequence[str]) -> int:
+        """COPY plans given as lines of COPY text (``FeedParser(copy_text=True)``), numbered
+        from ``seq`` on: one ``write`` of the whole batch, no per-row formatting."""
+        seq = self.seq
+        text = "".join([f"{seq + i}\t{line}\n" for i, line in enumerate(lines)])
+        async with conn.cursor().copy(_q("copy_staging", self.run_id)) as copy:
+            await copy.write(text.encode())
+        self.seq += len(lines)
+        return len(lines)
 
     async def write(self, conn: AsyncConn, records: Iterable[PlanRecord]) -> int:
         """COPY ``records`` (in one statement, committed with the connection's transaction)."""
