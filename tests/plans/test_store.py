@@ -38,7 +38,7 @@ async def test_sql_and_python_derive_the_same_plan_id(
 
 
 async def test_sql_and_python_plan_ids_agree_in_bulk(db: AsyncConnectionPool) -> None:
-    """Every variant digit and a spread of inputs: the PL/pgSQL function (migration 0005)
+    """Every variant digit and a spread of inputs: the PL/pgSQL function (migration 0006)
     derives exactly what Python's uuid3 does."""
     keys = [(f"p{i % 7}", f"b{i}\u00e9\\", f"{i * 7919}\U0001f3ad") for i in range(3000)]
     async with db.connection() as conn:
