@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any, TypeAlias
 
 import psycopg
@@ -69,6 +70,9 @@ DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_STATS_INTERVAL = 10.0
 INTERRUPTED = "interrupted: the worker shut down before the handler finished"
+RESCAN_INTERVAL = 0.5
+"""Seconds a claim loop may claim past its last claimed position before it scans the claim
+index from the start again (see ``_Executor._claim``)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,13 @@ class _Executor:
         does not), so the next claim overlaps that commit. (Should the commit fail, the batch
         runs again in halves while the next claim's jobs run: briefly past concurrency.)"""
         self._done: list[Job] = []
+        self._after: tuple[int, datetime, int] | None = None
+        """(priority, run_at, id) of the last job claimed, where the next claim starts."""
+        self._rescan_at = 0.0
+        """When (``time.monotonic()``) the next claim must scan from the start."""
+        self._rescan_pending = False
+        """The last claim came back short past the position without scanning from the
+        start: a job may wait behind the position until that scan."""
         self.wake = asyncio.Event()
         self._stopping = asyncio.Event()
 
@@ -210,11 +221,17 @@ class _Executor:
                     continue
                 self._dispatch(jobs)
                 if len(jobs) < limit:
-                    if until_idle and not jobs and not self._inflight and not self._done:
+                    idle = not jobs and not self._inflight and not self._done
+                    if until_idle and idle and not self._rescan_pending:
                         return
                     # Drained for now: sleep until a notification, a finished handler
-                    # (whose acknowledgement should not linger) or the poll interval.
-                    await self._wait(None if self._inflight else self.config.poll_interval)
+                    # (whose acknowledgement should not linger) or the poll interval; short
+                    # past the position, no later than the scan from the start.
+                    timeout = None if self._inflight else self.config.poll_interval
+                    if self._rescan_pending:
+                        rescan = max(0.0, self._rescan_at - time.monotonic())
+                        timeout = rescan if timeout is None else min(timeout, rescan)
+                    await self._wait(timeout)
                 else:
                     await asyncio.sleep(0)  # let just-started handlers run before reclaiming
         finally:
@@ -225,19 +242,46 @@ class _Executor:
     async def _claim(
         self, conn: psycopg.AsyncConnection[Any], done: list[Job], limit: int
     ) -> list[Job]:
-        cur = await conn.execute(
-            _Q["claim"],
-            {
-                "done_ids": [j.id for j in done],
-                "done_attempts": [j.attempts for j in done],
-                "queue": self.config.queue,
-                "limit": limit,
-                "lease": self.config.lease,
-                "worker": self.name,
-            },
-        )
-        jobs = [job_from_row(row) for row in await cur.fetchall()]
+        """Acknowledge ``done`` and claim up to ``limit`` jobs.
+
+        Every claimed job leaves a dead entry in the claim index, which vacuum and index
+        hinting remove only once no snapshot can see the row: while one is held open (a long
+        transaction anywhere in the database) a scan from the start of the index walks every
+        job claimed since, and each claim gets slower. So a claim starts past the last
+        claimed position (``claim_after``, within its priority), and one every
+        ``RESCAN_INTERVAL`` scans from the start (``claim``): a job behind the position (a
+        higher or lower priority, an earlier ``run_at``, a retry or a rescued claim come
+        due, a row skipped while locked) waits at most that long, and a scan that walks the
+        dead prefix runs at most that often.
+        """
+        now = time.monotonic()
+        params: dict[str, Any] = {
+            "done_ids": [j.id for j in done],
+            "done_attempts": [j.attempts for j in done],
+            "queue": self.config.queue,
+            "limit": limit,
+            "lease": self.config.lease,
+            "worker": self.name,
+        }
+        full = self._after is None or not limit or now >= self._rescan_at
+        if full:
+            cur = await conn.execute(_Q["claim"], params)
+            if limit:
+                self._rescan_at = now + RESCAN_INTERVAL
+        else:
+            assert self._after is not None
+            priority, run_at, after_id = self._after
+            cur = await conn.execute(
+                _Q["claim_after"],
+                {**params, "priority": priority, "after_run_at": run_at, "after_id": after_id},
+            )
+        rows = await cur.fetchall()
+        self._rescan_pending = not full and len(rows) < limit
+        jobs = [job_from_row(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        if jobs:
+            last = jobs[-1]
+            self._after = (last.priority, last.run_at, last.id)
         if jobs:
             metrics.JOBS_CLAIMED.labels(self.config.queue).inc(len(jobs))
             self.stats.claimed += len(jobs)

@@ -81,6 +81,37 @@ WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at
 
+-- name: claim_after
+-- The claim, started past this executor's last claimed position (priority, run_at, id)
+-- within that priority: the index scan begins after the entries of the jobs claimed
+-- before, which stay in the claim index as dead entries for as long as an open snapshot
+-- (a held xmin horizon) keeps vacuum and index hinting from removing them. A job behind
+-- the position is found by the full ``claim`` the worker runs regularly and when this one
+-- comes back short (see worker.py).
+WITH done AS (
+    DELETE FROM pgenough.jobs j
+    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempts)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.state = 'running'
+), picked AS (
+    SELECT id FROM pgenough.jobs
+    WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
+      AND priority = %(priority)s
+      AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgenough.jobs j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    claimed_at = now(),
+    lease_until = now() + %(lease)s * interval '1 second',
+    worker = %(worker)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at
+
 -- name: complete
 -- Complete one job inside the caller's transaction; no row means the lease was lost.
 DELETE FROM pgenough.jobs
