@@ -28,7 +28,6 @@ Completion modes:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import random
@@ -38,9 +37,12 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import psycopg
+from psycopg import pq
+from psycopg.adapt import Loader
+from psycopg.postgres import types as pg_types
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance, metrics
@@ -197,6 +199,7 @@ class _Executor:
 
     async def _claim_loop(self, until_idle: bool) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
+        restore: type[Loader] | None = None
         failures = 0
         refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
         try:
@@ -213,6 +216,10 @@ class _Executor:
                 try:
                     if conn is None or conn.closed:
                         conn = await self.pool.getconn()
+                        # Payloads decode with PayloadLoader while the loop holds conn (on a
+                        # cursor per claim, registering would copy psycopg's loader map each
+                        # round trip); the pool gets it back with its own loader.
+                        restore = _set_jsonb_loader(conn, PayloadLoader)
                     jobs = await self._claim(conn, done, limit)
                     failures = 0
                 except psycopg.OperationalError as exc:
@@ -221,6 +228,7 @@ class _Executor:
                     delay = min(10.0, 0.1 * 2 ** min(failures, 7))
                     log.warning("%s: claim failed (%s); retry in %.1fs", self.name, exc, delay)
                     if conn is not None:
+                        _set_jsonb_loader(conn, restore)
                         await self.pool.putconn(conn)
                         conn = None
                     await self._wait(delay)
@@ -237,14 +245,13 @@ class _Executor:
         finally:
             if conn is not None:
                 await self._flush_acks(conn)
+                _set_jsonb_loader(conn, restore)
                 await self.pool.putconn(conn)
 
     async def _claim(
         self, conn: psycopg.AsyncConnection[Any], done: list[Job], limit: int
     ) -> list[Job]:
-        cur = conn.cursor()
-        cur.adapters.register_loader("jsonb", PayloadLoader)
-        await cur.execute(
+        cur = await conn.execute(
             _Q["claim"],
             {
                 "done_ids": int_array(j.id for j in done),
@@ -274,8 +281,16 @@ class _Executor:
             log.error("%s: could not acknowledge %d finished job(s): %s", self.name, len(done), exc)
 
     async def _wait(self, timeout: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout)
+        # A timer that sets the event, not wait_for: that would start a task per wait, which
+        # at batch 1 (and after each notification) is a wait per job.
+        timer = None
+        if timeout is not None and not self.wake.is_set():
+            timer = asyncio.get_running_loop().call_later(timeout, self.wake.set)
+        try:
+            await self.wake.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
         self.wake.clear()
 
     # -- running handlers -------------------------------------------------------------------
@@ -690,6 +705,20 @@ class Worker:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
+
+
+JSONB_OID = pg_types["jsonb"].oid
+
+
+def _set_jsonb_loader(
+    conn: psycopg.AsyncConnection[Any], loader: type[Loader] | None
+) -> type[Loader] | None:
+    """Register ``loader`` for text ``jsonb`` on ``conn``; return the one it replaces."""
+    # get_loader is typed with the Loader protocol, register_loader with the class.
+    previous = cast("type[Loader] | None", conn.adapters.get_loader(JSONB_OID, pq.Format.TEXT))
+    if loader is not None:
+        conn.adapters.register_loader(JSONB_OID, loader)
+    return previous
 
 
 if sys.version_info >= (3, 12):
