@@ -15,6 +15,11 @@ job during the drain. The modes:
   maintenance=None)).run(until_idle=True)``, as ``bench/queue.py``'s ``ours-batched``;
 - ``batch-tx``: the same with a no-op ``BatchHandler``.
 
+``--dispatch-only`` measures, without a database, the worker's own path from claimed rows
+to acknowledged jobs (``_Executor._dispatch`` with no-op handlers, ``--jobs`` jobs in batches
+of ``--batch``; min of ``--rounds``): CPU that no SQL shares, so it compares across versions
+even on a busy machine.
+
 ``--profile N`` runs each drain under ``cProfile`` as well (a second, separate drain, so the
 timings above stay unprofiled; timed with the process's CPU clock, so waiting is not counted)
 and prints its top N entries by own CPU time. ``--rounds R`` repeats
@@ -36,10 +41,12 @@ import io
 import json
 import os
 import pstats
+import random
 import resource
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -149,6 +156,42 @@ def drain_worker(url: str, batch: int, transactional: bool) -> int:
     return asyncio.run(go())
 
 
+def dispatch_cost(batch: int, batches: int) -> float:
+    """Client CPU µs per job of the worker's own path from claimed rows to acknowledged jobs
+    (Job objects, dispatch, no-op handlers run, metrics, bookkeeping), with no database:
+    the part of a drain that is the worker's alone, measurable on a busy machine."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from pgenough.core.queue import job_from_row
+    from pgenough.core.worker import _Executor
+
+    async def noop(job: Job) -> None:
+        pass
+
+    async def go() -> float:
+        pool = AsyncConnectionPool("dbname=unused", open=False)
+        config = WorkerConfig(
+            queue=QUEUE, batch_size=batch, concurrency=max(10, batch), maintenance=None
+        )
+        executor = _Executor(pool, {KIND: noop}, config, name="profile", rng=random.Random())
+        now = datetime.now(UTC)
+        rows = [(i, QUEUE, KIND, {"n": i}, 0, 1, 20, now, now) for i in range(batch)]
+        report = getattr(executor, "_report", lambda: None)  # absent before issue 13
+        cpu0 = cpu()
+        for _ in range(batches):
+            jobs = [job_from_row(row) for row in rows]
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+            executor._dispatch(jobs)
+            while executor._inflight:  # noqa: ASYNC110 - turn the loop until handlers ran
+                await asyncio.sleep(0)
+            assert len(executor._done) == batch
+            executor._done = []
+            report()
+        return (cpu() - cpu0) / (batch * batches) * 1e6
+
+    return asyncio.run(go())
+
+
 def drainer(mode: str) -> Callable[[str, int], int]:
     if mode == "raw":
         return drain_raw
@@ -187,7 +230,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
     parser.add_argument("--profile", type=int, default=0, help="top N entries by own time")
+    parser.add_argument(
+        "--dispatch-only",
+        action="store_true",
+        help="only the worker's client path, no database: min client CPU per job of --rounds",
+    )
     args = parser.parse_args(argv)
+    if args.dispatch_only:
+        costs = [
+            dispatch_cost(args.batch, max(1, args.jobs // args.batch)) for _ in range(args.rounds)
+        ]
+        print(
+            f"dispatch path, batch {args.batch}: client CPU per job min {min(costs):.2f} us"
+            f" (rounds: {', '.join(f'{c:.2f}' for c in costs)})"
+        )
+        return
     admin_url = os.environ.get("DATABASE_URL")
     if not admin_url:
         sys.exit("set DATABASE_URL to a PostgreSQL server this benchmark may create databases on")
