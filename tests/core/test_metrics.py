@@ -1,15 +1,30 @@
-"""Connection pools are read at scrape time; queue gauges follow the table."""
+"""Connection pools are read at scrape time; queue gauges follow the table; a worker counts
+every job's outcome."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
+import psycopg
 import pytest
 from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import enqueue, open_pool, refresh_queue_metrics
+from pgenough.core import (
+    BatchHandler,
+    GiveUp,
+    Job,
+    RetryIn,
+    Worker,
+    WorkerConfig,
+    enqueue,
+    open_pool,
+    refresh_queue_metrics,
+)
 
 pytestmark = pytest.mark.db
 
@@ -64,3 +79,54 @@ async def test_queue_gauges_drop_to_zero_when_a_queue_empties(db: AsyncConnectio
         await refresh_queue_metrics(conn)
     depth = REGISTRY.get_sample_value("pgenough_queue_depth", {"queue": queue, "state": "ready"})
     assert depth == 0
+
+
+async def test_a_drain_counts_every_job_outcome(db: AsyncConnectionPool) -> None:
+    """The worker resolves its labelled metrics once and adds completions once per claim: the
+    counters must still come out as one per job, by outcome, when ``run`` returns."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    async with db.connection() as conn:
+        for i in range(7):
+            await enqueue(conn, "ok", i, queue=queue)
+        for _ in range(2):
+            await enqueue(conn, "later", None, queue=queue)
+        await enqueue(conn, "hopeless", None, queue=queue)
+        await enqueue(conn, "spent", None, queue=queue, max_attempts=1)
+        for i in range(3):
+            await enqueue(conn, "batch", i, queue=queue)
+
+    async def ok(job: Job) -> None:
+        await asyncio.sleep(0.001 * (job.payload % 2))  # some suspend, some finish at once
+
+    async def later(job: Job) -> None:
+        raise RetryIn(3600)
+
+    async def hopeless(job: Job) -> None:
+        raise GiveUp("malformed")
+
+    async def spent(job: Job) -> None:
+        raise ValueError("boom")
+
+    async def batch(conn: psycopg.AsyncConnection[Any], jobs: Sequence[Job]) -> None:
+        pass
+
+    def sample(metric: str) -> float:
+        return REGISTRY.get_sample_value(metric, {"queue": queue}) or 0.0
+
+    handlers = {
+        "ok": ok,
+        "later": later,
+        "hopeless": hopeless,
+        "spent": spent,
+        "batch": BatchHandler(batch),
+    }
+    config = WorkerConfig(queue=queue, batch_size=4, concurrency=4, maintenance=None)
+    stats = await Worker(db, handlers, config).run(until_idle=True)
+    assert (stats.claimed, stats.completed, stats.failed) == (14, 10, 4)
+    assert sample("pgenough_jobs_claimed_total") == 14
+    assert sample("pgenough_jobs_completed_total") == 10
+    assert sample("pgenough_jobs_failed_total") == 4
+    assert sample("pgenough_jobs_retried_total") == 2
+    assert sample("pgenough_jobs_dead_total") == 2
+    # One observation per plain job and one per batch run (the 3 batch jobs: 1 to 3 runs).
+    assert 11 + 1 <= sample("pgenough_job_duration_seconds_count") <= 11 + 3

@@ -11,12 +11,15 @@ in ``sql/queue.sql``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
+import orjson
+from psycopg.abc import Buffer
+from psycopg.types.json import Jsonb, JsonbLoader
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
@@ -295,3 +298,37 @@ def refresh_queue_metrics() -> Plan[list[QueueStats]]:
 def job_from_row(row: Sequence[Any]) -> Job:
     """A ``Job`` from a row of the ``claim`` statement."""
     return Job(*row)
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def load_json(data: Buffer) -> Any:
+    """Decode a ``jsonb`` value as ``json.loads`` would, several times faster.
+
+    orjson gives the same values as ``json.loads`` except for integers past 64 bits (jsonb's
+    numeric allows them; orjson turns them into floats): text with a run of 19 digits or
+    more, which is all of those, goes to ``json.loads``, as does what orjson rejects (nesting
+    deeper than its limit), so no payload decodes differently or fails where it did not."""
+    if _LONG_DIGITS.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(bytes(data))
+
+
+class PayloadLoader(JsonbLoader):
+    """psycopg's text ``jsonb`` loader with ``load_json``: register it on the cursor that
+    claims jobs (decoding payloads is a good part of a worker's client CPU per job)."""
+
+    def load(self, data: Buffer) -> Any:
+        return load_json(data)
+
+
+def int_array(ids: Iterable[int]) -> str:
+    """``ids`` as a PostgreSQL array literal, for a ``%(...)s::bigint[]`` (or ``integer[]``)
+    parameter. psycopg sends a ``str`` untyped, so the statement's cast applies; dumping a
+    list instead walks it in Python, about ten times the cost (two per claim, a hundred ids
+    each at batch 100)."""
+    return "{" + ",".join(map(str, ids)) + "}"

@@ -28,18 +28,22 @@ Completion modes:
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import contextvars
 import logging
 import random
 import signal
+import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import psycopg
+from psycopg import pq
+from psycopg.adapt import Loader
+from psycopg.postgres import types as pg_types
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance, metrics
@@ -51,7 +55,9 @@ from pgenough.core.periodic import Periodic
 from pgenough.core.queue import (
     DEFAULT_QUEUE,
     Job,
+    PayloadLoader,
     complete_many,
+    int_array,
     job_from_row,
     refresh_queue_metrics,
 )
@@ -153,6 +159,10 @@ class _Executor:
         self.config = config
         self.name = name
         self.stats = WorkerStats()
+        self._metrics = metrics.QueueMetrics(config.queue)
+        self._unreported = 0
+        """Completions counted in ``stats`` but not yet in the Prometheus counter: they are
+        added once per claim (``_report``), not once per job."""
         self._rng = rng
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
         self._finishing = 0
@@ -184,18 +194,28 @@ class _Executor:
         try:
             await self._claim_loop(until_idle)
         finally:
-            await self._shutdown()
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            try:
+                await self._shutdown()
+            finally:
+                self._report()
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+
+    def _report(self) -> None:
+        if self._unreported:
+            self._metrics.completed.inc(self._unreported)
+            self._unreported = 0
 
     # -- claiming ---------------------------------------------------------------------------
 
     async def _claim_loop(self, until_idle: bool) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
+        restore: type[Loader] | None = None
         failures = 0
         refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
         try:
             while not self._stopping.is_set():
+                self._report()
                 free = self.config.concurrency - len(self._inflight) + self._finishing
                 if free < refill_at and self._inflight:
                     # Refill in batches: one claim per finished handler would cost a round
@@ -207,6 +227,10 @@ class _Executor:
                 try:
                     if conn is None or conn.closed:
                         conn = await self.pool.getconn()
+                        # Payloads decode with PayloadLoader while the loop holds conn (on a
+                        # cursor per claim, registering would copy psycopg's loader map each
+                        # round trip); the pool gets it back with its own loader.
+                        restore = _set_jsonb_loader(conn, PayloadLoader)
                     jobs = await self._claim(conn, done, limit)
                     failures = 0
                 except psycopg.OperationalError as exc:
@@ -215,6 +239,7 @@ class _Executor:
                     delay = min(10.0, 0.1 * 2 ** min(failures, 7))
                     log.warning("%s: claim failed (%s); retry in %.1fs", self.name, exc, delay)
                     if conn is not None:
+                        _set_jsonb_loader(conn, restore)
                         await self.pool.putconn(conn)
                         conn = None
                     await self._wait(delay)
@@ -237,6 +262,7 @@ class _Executor:
         finally:
             if conn is not None:
                 await self._flush_acks(conn)
+                _set_jsonb_loader(conn, restore)
                 await self.pool.putconn(conn)
 
     async def _claim(
@@ -256,8 +282,8 @@ class _Executor:
         """
         now = time.monotonic()
         params: dict[str, Any] = {
-            "done_ids": [j.id for j in done],
-            "done_attempts": [j.attempts for j in done],
+            "done_ids": int_array(j.id for j in done),
+            "done_attempts": int_array(j.attempts for j in done),
             "queue": self.config.queue,
             "limit": limit,
             "lease": self.config.lease,
@@ -282,8 +308,7 @@ class _Executor:
         if jobs:
             last = jobs[-1]
             self._after = (last.priority, last.run_at, last.id)
-        if jobs:
-            metrics.JOBS_CLAIMED.labels(self.config.queue).inc(len(jobs))
+            self._metrics.claimed.inc(len(jobs))
             self.stats.claimed += len(jobs)
         return jobs
 
@@ -299,8 +324,16 @@ class _Executor:
             log.error("%s: could not acknowledge %d finished job(s): %s", self.name, len(done), exc)
 
     async def _wait(self, timeout: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), timeout)
+        # A timer that sets the event, not wait_for: that would start a task per wait, which
+        # at batch 1 (and after each notification) is a wait per job.
+        timer = None
+        if timeout is not None and not self.wake.is_set():
+            timer = asyncio.get_running_loop().call_later(timeout, self.wake.set)
+        try:
+            await self.wake.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
         self.wake.clear()
 
     # -- running handlers -------------------------------------------------------------------
@@ -319,13 +352,11 @@ class _Executor:
     def _start(self, job: Job) -> None:
         # Every line logged while the job runs (by the handler too) carries its id and queue.
         context = context_with(job_id=job.id, queue=self.config.queue)
-        task = asyncio.create_task(
-            self._run(job), name=f"{self.name}:job-{job.id}", context=context
-        )
-        self._inflight[job.id] = (job, task)
+        task = _start_task(self._run(job), f"{self.name}:job-{job.id}", context)
+        if not task.done():  # started eagerly, it may have finished (and been forgotten)
+            self._inflight[job.id] = (job, task)
 
     async def _run(self, job: Job) -> None:
-        queue = self.config.queue
         started = time.perf_counter()
         handler = self.handlers.get(job.kind)
         try:
@@ -339,11 +370,11 @@ class _Executor:
             # A handler may carry its own retry policy (a task does).
             await self._failed(job, exc, getattr(handler, "backoff", None))
         else:
-            metrics.JOBS_COMPLETED.labels(queue).inc()
             self.stats.completed += 1
+            self._unreported += 1
             self._done.append(job)
         finally:
-            metrics.JOB_DURATION.labels(queue).observe(time.perf_counter() - started)
+            self._metrics.duration.observe(time.perf_counter() - started)
             self._forget(job)
 
     def _forget(self, job: Job) -> None:
@@ -405,7 +436,7 @@ class _Executor:
                         runnable.append(job)
             await self._run_group(handler, runnable)
         finally:
-            metrics.JOB_DURATION.labels(self.config.queue).observe(time.perf_counter() - started)
+            self._metrics.duration.observe(time.perf_counter() - started)
             for job in jobs:  # the ones still here were interrupted
                 self._forget(job)
 
@@ -435,7 +466,7 @@ class _Executor:
                 return
             lost = [j for j in jobs if j.id not in held]
             if not lost:
-                metrics.JOBS_COMPLETED.labels(self.config.queue).inc(len(jobs))
+                self._metrics.completed.inc(len(jobs))
                 self.stats.completed += len(jobs)
                 for job in jobs:
                     self._forget(job)
@@ -474,8 +505,7 @@ class _Executor:
         return held
 
     async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
-        queue = self.config.queue
-        metrics.JOBS_FAILED.labels(queue).inc()
+        self._metrics.failed.inc()
         self.stats.failed += 1
         params = {
             "id": job.id,
@@ -497,7 +527,7 @@ class _Executor:
                 "%s: job %d lost its claim before its failure was recorded", self.name, job.id
             )
         elif row[0] == "dead":
-            metrics.JOBS_DEAD.labels(queue).inc()
+            self._metrics.dead.inc()
             log.error(
                 "%s: job %d (%s) is dead after %d attempt(s): %s",
                 self.name,
@@ -507,7 +537,7 @@ class _Executor:
                 error,
             )
         else:
-            metrics.JOBS_RETRIED.labels(queue).inc()
+            self._metrics.retried.inc()
 
     async def _heartbeat(self) -> None:
         interval = self.config.lease / 3
@@ -718,6 +748,40 @@ class Worker:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
+
+
+JSONB_OID = pg_types["jsonb"].oid
+
+
+def _set_jsonb_loader(
+    conn: psycopg.AsyncConnection[Any], loader: type[Loader] | None
+) -> type[Loader] | None:
+    """Register ``loader`` for text ``jsonb`` on ``conn``; return the one it replaces."""
+    # get_loader is typed with the Loader protocol, register_loader with the class.
+    previous = cast("type[Loader] | None", conn.adapters.get_loader(JSONB_OID, pq.Format.TEXT))
+    if loader is not None:
+        conn.adapters.register_loader(JSONB_OID, loader)
+    return previous
+
+
+if sys.version_info >= (3, 12):
+
+    def _start_task(
+        coro: Coroutine[Any, Any, None], name: str, context: contextvars.Context
+    ) -> asyncio.Task[None]:
+        """A task that takes its first step now, as its own current task and in its own
+        context, like any task's: a handler that finishes without suspending (a no-op, a
+        CPU-only one) is never scheduled on the loop, which is a good part of a short job's
+        cost. Python 3.11 has no eager start, so there every job is scheduled."""
+        loop = asyncio.get_running_loop()
+        return asyncio.Task(coro, loop=loop, name=name, context=context, eager_start=True)
+
+else:
+
+    def _start_task(
+        coro: Coroutine[Any, Any, None], name: str, context: contextvars.Context
+    ) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro, name=name, context=context)
 
 
 def _describe(exc: BaseException) -> str:
