@@ -75,10 +75,12 @@ from typing import Any, Literal, TypeAlias
 import psycopg
 from bench.queue import (
     BARRIER_TIMEOUT,
+    DEFAULT_DATA_DIR,
     KIND,
     OURS_POOL_SIZE,
     QUEUE,
     RAW_TAKE,
+    ROOT,
     DrainSpec,
     Server,
     enqueue_ours,
@@ -93,8 +95,6 @@ from bench.queue import (
 from pgenough.core import Job, NewJob, Worker, WorkerConfig, enqueue_many, open_pool, start_embedded
 from pgenough.core.db import with_database
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
 IMG_DIR = ROOT / "docs" / "img"
 
 SteadySystem: TypeAlias = Literal["ours", "raw"]
