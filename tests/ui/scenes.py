@@ -24,7 +24,7 @@ from pgenough.core import (
     get_job,
 )
 from pgenough.plans import inspect
-from pgenough.plans.fetch import RunResult
+from pgenough.plans.fetch import FetchConfig, RunResult
 from pgenough.plans.sim import SimServer
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 
@@ -40,11 +40,17 @@ class Scene:
     dead: list[JobRecord]
 
 
+DEAD_CHUNKS = FetchConfig(chunk_pages=4)
+
+
 async def dead_chunks(pool: AsyncConnectionPool, sim: SimServer, name: str) -> RunResult:
     """A staged run of ``name`` whose chunk jobs are all dead ('disk full (test)')."""
     await break_chunks(pool)
     try:
-        staged = await fetch(pool, f"{sim.url}?version=1", name=name)
+        # Small chunks, so the run has several (the tests retry one, then the rest in bulk)
+        # whatever the server's page layout: 600 plans in 16-page chunks made 2 on one
+        # PostgreSQL and 3 on another.
+        staged = await fetch(pool, f"{sim.url}?version=1", name=name, config=DEAD_CHUNKS)
         async with pool.connection() as conn:
             # One attempt each, so the failing chunks are dead-lettered at once.
             await conn.execute("UPDATE pgenough.jobs SET max_attempts = 1 WHERE state = 'ready'")
