@@ -247,8 +247,14 @@ class _Executor:
                 self._dispatch(jobs)
                 if len(jobs) < limit:
                     idle = not jobs and not self._inflight and not self._done
-                    if until_idle and idle and not self._rescan_pending:
-                        return
+                    if until_idle and idle:
+                        if not self._rescan_pending:
+                            return
+                        # Nothing past the position and nothing in flight: look from the
+                        # start now rather than at the next RESCAN_INTERVAL, or every drain
+                        # would end up to that much later than its last job.
+                        self._rescan_at = 0.0
+                        continue
                     # Drained for now: sleep until a notification, a finished handler
                     # (whose acknowledgement should not linger) or the poll interval; short
                     # past the position, no later than the scan from the start.
