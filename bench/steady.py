@@ -794,7 +794,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                 (enqueue_ours if system == "ours" else enqueue_raw)(db, jobs)
                 prepare_drain(db)
                 seconds = run_drain(
-                    ctx, DrainSpec.default(DRAIN_SYSTEM[system], db, args.batch), args.workers, jobs
+                    ctx,
+                    DrainSpec.default(
+                        DRAIN_SYSTEM[system],
+                        db,
+                        args.batch,
+                        args.workers,
+                        OURS_POOL_SIZE * args.workers,  # a full pool per process, as before
+                    ),
+                    args.workers,
+                    jobs,
                 )
                 capacity[system] = jobs / seconds
                 print(f"capacity {system:>4}: {capacity[system]:,.0f} jobs/s ({seconds:.2f} s)")
