@@ -756,7 +756,7 @@ class Worker:
             loop.add_signal_handler(sig, on_signal, sig)
 
 
-JSONB_OID = pg_types["jsonb"].oid
+_JSONB_OID = pg_types["jsonb"].oid
 
 
 def _set_jsonb_loader(
@@ -764,9 +764,9 @@ def _set_jsonb_loader(
 ) -> type[Loader] | None:
     """Register ``loader`` for text ``jsonb`` on ``conn``; return the one it replaces."""
     # get_loader is typed with the Loader protocol, register_loader with the class.
-    previous = cast("type[Loader] | None", conn.adapters.get_loader(JSONB_OID, pq.Format.TEXT))
+    previous = cast("type[Loader] | None", conn.adapters.get_loader(_JSONB_OID, pq.Format.TEXT))
     if loader is not None:
-        conn.adapters.register_loader(JSONB_OID, loader)
+        conn.adapters.register_loader(_JSONB_OID, loader)
     return previous
 
 
