@@ -172,26 +172,44 @@ async def test_rescued_claim_behind_the_position(db: AsyncConnectionPool) -> Non
         await seen.until(lambda: seen.ran("ghost", attempt=2))
 
 
-async def test_row_skipped_while_locked(db: AsyncConnectionPool) -> None:
-    seen = Seen()
-    async with running(db, seen.add):
-        await advance(db, seen, "before-")
-        async with db.connection() as holder:
+@contextlib.asynccontextmanager
+async def locked_ready_job(db: AsyncConnectionPool) -> AsyncIterator[str]:
+    """A committed ready job, row-locked by another transaction until the block ends; yields
+    its payload. Inserted without a notification, but the idle worker may still claim it
+    between the insert's commit and the lock (a follow-up claim, the scan from the start):
+    a row found claimed by then is given up and another one tried."""
+    async with db.connection() as holder:
+        for attempt in range(50):
+            name = f"locked-{attempt}"
             async with holder.transaction():
-                # Inserted without a notification, locked before the idle worker polls.
                 cur = await holder.execute(
-                    "INSERT INTO pgenough.jobs (kind, payload) VALUES ('t', '\"locked\"')"
-                    " RETURNING id"
+                    "INSERT INTO pgenough.jobs (kind, payload) VALUES ('t', to_jsonb(%s::text))"
+                    " RETURNING id",
+                    (name,),
                 )
                 row = await cur.fetchone()
                 assert row is not None
             async with holder.transaction():
-                await holder.execute("SELECT 1 FROM pgenough.jobs WHERE id = %s FOR UPDATE", row)
-                await advance(db, seen, "after-")  # claimed past the locked row
-                assert not seen.ran("locked")
-            # Released. The next wake-up claims past the position, then from the start.
-            await put(db, "wake")
-            await seen.until(lambda: seen.ran("locked"))
+                cur = await holder.execute(
+                    "SELECT state::text FROM pgenough.jobs WHERE id = %s FOR UPDATE", row
+                )
+                state = await cur.fetchone()
+                if state is not None and state[0] == "ready":
+                    yield name
+                    return
+        raise AssertionError("the worker claimed every row before it could be locked")
+
+
+async def test_row_skipped_while_locked(db: AsyncConnectionPool) -> None:
+    seen = Seen()
+    async with running(db, seen.add):
+        await advance(db, seen, "before-")
+        async with locked_ready_job(db) as locked:
+            await advance(db, seen, "after-")  # claimed past the locked row
+            assert not seen.ran(locked)
+        # Released. The next wake-up claims past the position, then from the start.
+        await put(db, "wake")
+        await seen.until(lambda: seen.ran(locked))
 
 
 async def test_until_idle_runs_a_job_behind_the_position(db: AsyncConnectionPool) -> None:
