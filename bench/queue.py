@@ -120,7 +120,9 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   acks) and stops when nothing is ready and it holds nothing (waiting ``RABBITMQ_IDLE_POLL`` =
   10 ms between asks). Checked afterwards, once every worker's connection is closed (which would
   return unacked messages): no message ready, handlers ran N times.
-- Both brokers run with plain asyncio, like ours (PgQueuer gets uvloop: its documented setup).
+- The brokers' clients run with plain asyncio; PgQueuer gets uvloop (its documented setup), and
+  ours runs on the event loop ``pgenough worker`` runs on by default (``pgenough.eventloop``:
+  uvloop when it is installed, which the ``service`` extra does), as a deployment runs it.
 
 *durability* - what an acknowledged job survives is not the same for every system. PostgreSQL
 here runs ``synchronous_commit=on``, ``fsync=on``: a commit returns after its WAL is fsynced, so
@@ -198,13 +200,13 @@ import time
 import traceback
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.synchronize import Barrier
 from multiprocessing.synchronize import Event as MPEvent
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -226,7 +228,9 @@ from pgenough.core import (
     start_embedded,
 )
 from pgenough.core.db import create_database, drop_database, with_database
+from pgenough.eventloop import DEFAULT_EVENT_LOOP, loop_factory
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
 
@@ -1231,13 +1235,20 @@ LATENCY_SETUP: dict[LatencySystem, Callable[[str], None]] = {
 }
 
 
+def run_as_the_cli(main: Coroutine[Any, Any, T]) -> T:
+    """Ours on the event loop ``pgenough worker`` runs on by default (pgenough.eventloop:
+    uvloop when installed), as a deployment runs it."""
+    with asyncio.Runner(loop_factory=loop_factory(DEFAULT_EVENT_LOOP)) as runner:
+        return runner.run(main)
+
+
 def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[WorkerReport]) -> None:
     """Entry point of a drain worker process."""
     try:
         if spec.system == "raw":
             end, done = drain_raw(spec, barrier)
         elif spec.system in OURS:
-            end, done = asyncio.run(drain_ours(spec, barrier))
+            end, done = run_as_the_cli(drain_ours(spec, barrier))
         elif spec.system == "pgqueuer":
             import uvloop
 
@@ -1375,7 +1386,7 @@ def _latency_worker_main(
 
         uvloop.run(pgqueuer())
     else:
-        asyncio.run(ours() if system == "ours" else procrastinate())
+        run_as_the_cli(ours()) if system == "ours" else asyncio.run(procrastinate())
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,11 @@ job during the drain. The modes:
   the previous batch, building no ``Job`` and running no handler: the SQL's cost;
 - ``batched``: ``Worker(pool, {kind: noop}, WorkerConfig(batch_size=B, concurrency=max(10, B),
   maintenance=None)).run(until_idle=True)``, as ``bench/queue.py``'s ``ours-batched``;
-- ``batch-tx``: the same with a no-op ``BatchHandler``.
+- ``batch-tx``: the same with a no-op ``BatchHandler``;
+- ``batched-asyncio``: ``batched`` on asyncio's own event loop. The Worker modes above run on
+  the loop ``pgenough worker`` runs on by default (``pgenough.eventloop``: uvloop when it is
+  installed); this one is what a library user running the Worker inside an asyncio
+  application gets.
 
 ``--dispatch-only`` measures, without a database, the worker's own path from claimed rows
 to acknowledged jobs (``_Executor._dispatch`` with no-op handlers, ``--jobs`` jobs in batches
@@ -55,10 +59,11 @@ from pgenough.core import BatchHandler, Job, NewJob, Worker, WorkerConfig, enque
 from pgenough.core import open_pool as open_pgenough_pool
 from pgenough.core._sql import load
 from pgenough.core.db import create_database, drop_database, with_database
+from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice, loop_factory
 
 QUEUE = "default"
 KIND = "noop"
-MODES = ("raw", "claim-sql", "batched", "batch-tx")
+MODES = ("raw", "claim-sql", "batched", "batch-tx", "batched-asyncio")
 
 RAW_SCHEMA = """
 CREATE TABLE raw_jobs (
@@ -134,7 +139,9 @@ def drain_claim_sql(url: str, batch: int) -> int:
             done += len(rows)
 
 
-def drain_worker(url: str, batch: int, transactional: bool) -> int:
+def drain_worker(
+    url: str, batch: int, transactional: bool, loop: EventLoopChoice = DEFAULT_EVENT_LOOP
+) -> int:
     async def noop(job: Job) -> None:
         pass
 
@@ -153,7 +160,8 @@ def drain_worker(url: str, batch: int, transactional: bool) -> int:
         finally:
             await pool.close()
 
-    return asyncio.run(go())
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        return runner.run(go())
 
 
 def dispatch_cost(batch: int, batches: int) -> float:
@@ -197,6 +205,8 @@ def drainer(mode: str) -> Callable[[str, int], int]:
         return drain_raw
     if mode == "claim-sql":
         return drain_claim_sql
+    if mode == "batched-asyncio":
+        return lambda url, batch: drain_worker(url, batch, transactional=False, loop="asyncio")
     return lambda url, batch: drain_worker(url, batch, transactional=mode == "batch-tx")
 
 

@@ -59,6 +59,7 @@ from pgenough.core import (
     schema_version,
 )
 from pgenough.core.statements import AsyncConn
+from pgenough.eventloop import loop_factory
 from pgenough.httpserver import ListenError, listen
 from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.settings import ConfigFileError, Settings
@@ -205,9 +206,10 @@ def _listen(host: str, port: int) -> socket.socket:
         _fail(str(exc))
 
 
-def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def _run(main: Callable[[], Coroutine[Any, Any, T]], settings: Settings) -> T:
     try:
-        return asyncio.run(main())
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            return runner.run(main())
     except PgenoughError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
@@ -291,7 +293,7 @@ def migrate_cmd(
         finally:
             await pool.close()
 
-    version, applied, created = _run(main)
+    version, applied, created = _run(main, settings)
     for name in applied:
         out.print(f"applied {name}")
     if api_role:
@@ -348,7 +350,7 @@ def demo(
     with _listen(HOST, port) as sock:
         url = _database_url(settings)
         config = DemoConfig(plans=plans, interval=interval)
-        raise typer.Exit(_run(lambda: run_demo(settings, url, config, sock)))
+        raise typer.Exit(_run(lambda: run_demo(settings, url, config, sock), settings))
 
 
 worker_app = typer.Typer(
@@ -509,7 +511,7 @@ def worker_run(
         finally:
             await pool.close()
 
-    raise typer.Exit(_run(main))
+    raise typer.Exit(_run(main, settings))
 
 
 def _lower_priority(nice: int) -> None:
@@ -573,7 +575,7 @@ def worker_fetch(
         finally:
             await pool.close()
 
-    raise typer.Exit(_run(main))
+    raise typer.Exit(_run(main, settings))
 
 
 async def _fetch_once(
@@ -657,7 +659,7 @@ def worker_process(
         finally:
             await pool.close()
 
-    raise typer.Exit(_run(main))
+    raise typer.Exit(_run(main, settings))
 
 
 async def _drain_with_progress(
@@ -727,7 +729,7 @@ def api_cmd(
             await server.serve(sockets=[sock])
             return 0 if server.started else 1
 
-        raise typer.Exit(_run(main))
+        raise typer.Exit(_run(main, settings))
 
 
 @app.command("provider-sim")
@@ -794,7 +796,7 @@ async def _on_connection(
 def _inspect(name: str, action: Callable[[AsyncConn], Awaitable[T]]) -> T:
     settings = _settings()
     _setup_logging(settings)
-    return _run(lambda: _on_connection(settings, f"pgenough-{name}", action))
+    return _run(lambda: _on_connection(settings, f"pgenough-{name}", action), settings)
 
 
 def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:

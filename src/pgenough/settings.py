@@ -27,6 +27,7 @@ from pydantic_settings import (
 
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core.db import default_data_dir
+from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 from pgenough.plans.defaults import (
     DEFAULT_BULKHEAD_WAIT,
     DEFAULT_CONNECT_TIMEOUT,
@@ -115,6 +116,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = Field(
         default="text", description="Log lines as text, or as one JSON object each."
+    )
+    event_loop: EventLoopChoice = Field(
+        default=DEFAULT_EVENT_LOOP,
+        description="The commands' event loop: auto = uvloop when installed, else asyncio's.",
     )
     pool_max_size: int = Field(
         default=10,

@@ -1,0 +1,36 @@
+"""The event loop the ``pgenough`` commands run on.
+
+uvloop when it is installed (the ``service`` extra installs it, as ``uvicorn[standard]``
+would), else asyncio's own. On this project's machine it lowers the API's CPU per cold search
+by about a fifth (docs/benchmarks.md, "API: the cost of one search"); psycopg, psycopg_pool
+and uvicorn run on either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop (for a
+platform uvloop does not support, or to rule it out); ``uvloop`` insists on it. Library users
+of ``pgenough.core`` run whatever loop their application runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Final, Literal
+
+from pgenough.core import PgenoughError
+
+EventLoopChoice = Literal["auto", "asyncio", "uvloop"]
+DEFAULT_EVENT_LOOP: Final[EventLoopChoice] = "auto"
+
+
+def loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory for ``asyncio.Runner``; None for asyncio's default loop."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise PgenoughError(
+                "PGENOUGH_EVENT_LOOP=uvloop, but uvloop is not installed:"
+                " pip install 'pgenough[service]', or set PGENOUGH_EVENT_LOOP=auto"
+            ) from None
+        return None
+    return uvloop.new_event_loop
