@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -100,3 +101,32 @@ async def test_metrics_refresh_the_queue_gauges_when_scraped(
     body = (await client.get("/metrics")).text
     assert 'pgenough_queue_depth{queue="scraped",state="ready"} 1.0' in body
     assert REGISTRY.get_sample_value("pgenough_db_pool_max", {"pool": "pgenough-api"})
+
+
+@pytest.mark.db
+async def test_error_answers_stay_on_the_event_loop(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starlette runs a plain-function exception handler in a worker thread; ours are
+    coroutines, so no error answer (404, 405, 400, the dashboard's) takes a thread hand-off."""
+    import starlette._exception_handler as handling
+
+    threaded: list[object] = []
+    original = handling.run_in_threadpool
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        threaded.append(func)
+        return await original(func, *args, **kwargs)
+
+    monkeypatch.setattr(handling, "run_in_threadpool", counted)
+    async with serving(api_settings(database_url)) as (_, client):
+        answers = [
+            await client.get("/nope"),
+            await client.post("/search"),
+            await client.get("/search", params={"limit": "0"}),
+            await client.get("/ui/runs/x", headers={"accept": "application/json"}),
+        ]
+    assert [a.status_code for a in answers][:3] == [404, 405, 400], answers
+    assert answers[3].status_code >= 400, answers[3]
+    assert all(a.json()["error"]["code"] for a in answers), [a.text for a in answers]
+    assert threaded == []

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
-import uuid
 from typing import Final, Literal
 
 from fastapi import FastAPI, Request
@@ -93,12 +93,17 @@ def error_response(
     return Response(envelope(code, message), status, headers=headers, media_type="application/json")
 
 
-def _api_error(request: Request, exc: Exception) -> Response:
+# The handlers are coroutines: Starlette runs a plain function handler in a worker thread,
+# which at 1,000 refusals/s cost the API about a third of its CPU per 503 (thread hand-offs
+# and the GIL switching back; docs/benchmarks.md, "API: the cost of one search").
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return error_response(exc.status, exc.code, exc.message)
 
 
-def _http_error(request: Request, exc: Exception) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     codes: dict[int, ErrorCode] = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
     fallback: ErrorCode = "INVALID_REQUEST" if exc.status_code < 500 else "INTERNAL_ERROR"
@@ -109,7 +114,7 @@ def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, message, headers=dict(exc.headers or {}))
 
 
-def _validation_error(request: Request, exc: Exception) -> Response:
+async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "query")
@@ -134,7 +139,9 @@ def request_id(scope: Scope) -> str:
                 text = value.decode("latin-1")
                 rid = text if _CLIENT_REQUEST_ID.fullmatch(text) else None
                 break
-        rid = rid or uuid.uuid4().hex[:16]
+        # Unique, not unpredictable: random's own generator (seeded from os.urandom, and
+        # again in each forked child) instead of a uuid4, a syscall and a UUID per request.
+        rid = rid or f"{random.getrandbits(64):016x}"
         state["request_id"] = rid
     return rid
 

@@ -65,10 +65,13 @@ def wants_json(request: Request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
-def handler(templates: Jinja2Templates) -> Callable[[Request, Exception], Response]:
-    """The exception handler for ``UiError``, rendering with ``templates``."""
+def handler(
+    templates: Jinja2Templates,
+) -> Callable[[Request, Exception], Coroutine[Any, Any, Response]]:
+    """The exception handler for ``UiError``, rendering with ``templates`` (a coroutine, as
+    the API's handlers: Starlette would run a plain function in a worker thread)."""
 
-    def handle(request: Request, exc: Exception) -> Response:
+    async def handle(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, UiError)
         headers = dict(exc.headers)
         if isinstance(exc, LoginRequired):

@@ -16,7 +16,7 @@ frame-ancestors 'none'``, so no other page can frame the dashboard and trick a c
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -124,7 +124,7 @@ class DashboardGuard:
         self,
         app: ASGIApp,
         hosts: AllowedHosts,
-        render: Callable[[Request, Exception], Response],
+        render: Callable[[Request, Exception], Awaitable[Response]],
     ) -> None:
         self.app = app
         self.hosts = hosts
@@ -143,7 +143,7 @@ class DashboardGuard:
 
         host = Headers(scope=scope).get("host")
         if not self.hosts.allows(host):
-            response = self.render(Request(scope, receive), refusal(host))
+            response = await self.render(Request(scope, receive), refusal(host))
             await response(scope, receive, framed)
             return
         await self.app(scope, receive, framed)
