@@ -318,10 +318,17 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 class Api:
     """``pgenough api --port P`` as its own process."""
 
-    def __init__(self, url: str, log: IO[bytes], cwd: Path) -> None:
+    def __init__(
+        self, url: str, log: IO[bytes], cwd: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "DATABASE_URL": url, "PGENOUGH_API_CACHE_TTL": CACHE_TTL}
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "PGENOUGH_API_CACHE_TTL": CACHE_TTL,
+            **(env or {}),
+        }
         env.pop("PGENOUGH_CONFIG", None)
         command = [pgenough_command(), "api", "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=cwd)
