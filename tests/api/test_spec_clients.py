@@ -320,8 +320,12 @@ async def test_head_answers_as_get_without_a_body(
             head = await client.head("/search", params=params)
             assert head.status_code == get.status_code, params
             assert head.content == b""
-            for name in ("content-type", "content-length", "link", "transfer-encoding"):
+            for name in ("content-type", "content-length", "link"):
                 assert head.headers.get(name) == get.headers.get(name), (params, name)
+            # A server may leave out of a HEAD answer the fields set only while it generates
+            # the content (RFC 9110 9.3.2): uvicorn on h11 sends "chunked", on httptools not.
+            if "transfer-encoding" in head.headers:
+                assert head.headers["transfer-encoding"] == get.headers.get("transfer-encoding")
 
 
 async def test_a_trailing_slash_is_answered_not_redirected_by_host(
@@ -363,12 +367,18 @@ async def test_invented_methods_and_paths_add_no_metric_series(
             }
 
         # The baseline: one of each kind of request the loop sends.
-        await client.request("BREW", "/search")
+        await client.request("PROPFIND", "/search")
         await client.request("BREW", f"/random/{uuid.uuid4().hex}")
         await client.get(f"/nope-{uuid.uuid4().hex}")
         before = await series()
         for n in range(100):
-            await client.request(f"X{uuid.uuid4().hex[:8].upper()}", "/search")
+            # An invented method: uvicorn's C parser (httptools) refuses it with a bare 400
+            # before the app sees it; on h11 the app answers 405. A registered method the
+            # app does not route (WebDAV's, PURGE) reaches it and is counted as "other".
+            invented = await client.request(f"X{uuid.uuid4().hex[:8].upper()}", "/search")
+            assert invented.status_code in (400, 405), invented
+            known = ("PROPFIND", "MKCOL", "LOCK", "PURGE")[n % 4]
+            assert (await client.request(known, "/search")).status_code == 405
             await client.request(f"M{n}", f"/random/{uuid.uuid4().hex}")
             await client.get(f"/nope-{uuid.uuid4().hex}")
         after = await series()
