@@ -7,6 +7,8 @@ Run it from the repository root, with the project's virtualenv and ``wrk`` insta
     .venv/bin/python -m bench.api --quick      # 100k plans, 3 s per scenario: a smoke run
     .venv/bin/python -m bench.api --plot-search docs/img/boundary-search.png  # curve drawn
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres .venv/bin/python -m bench.api
+    # during ingestion only the shared placement, unpaced and paced; no curve:
+    .venv/bin/python -m bench.api --skip-curve --placements shared --cells 2
 
 (``make bench-api`` runs the third line: everything, the curve drawn. A full run at 1M plans:
 about 13-15 min on a quiet 2-core machine, estimated; 21 min at 200k plans under load.)
@@ -852,14 +854,23 @@ def curve_point(
 
 
 def during_ingestion(
-    api: Api, url: str, plans: int, tmp: Path, duration: int
+    api: Api,
+    url: str,
+    plans: int,
+    tmp: Path,
+    duration: int,
+    only: frozenset[str] | None = None,
+    cells_per_placement: int = len(CELLS),
 ) -> tuple[dict[str, Result], list[Cell]]:
     """cold@1000 alone (per placement), then through a fetch and a process of a new snapshot
-    per placement, without pacing and with it."""
+    per placement, without pacing and with it (``only`` these placements, the first
+    ``cells_per_placement`` of CELLS)."""
     alone: dict[str, Result] = {}
     cells: list[Cell] = []
     version = 2
     for placement in placements():
+        if only is not None and placement.name not in only:
+            continue
         pin(api.proc.pid, placement.api)
         r = run_wrk(
             api,
@@ -873,7 +884,7 @@ def during_ingestion(
         )
         show(r)
         alone[placement.name] = r
-        for max_pause, nice in CELLS:
+        for max_pause, nice in CELLS[:cells_per_placement]:
             cells.append(
                 retried(
                     f"v{version}",
@@ -1171,6 +1182,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--skip-curve", action="store_true", help="leave out the p99 vs fetch rate curve"
     )
     parser.add_argument(
+        "--placements", help="during ingestion, only these (comma-separated: shared, pinned)"
+    )
+    parser.add_argument(
+        "--cells",
+        type=int,
+        default=len(CELLS),
+        choices=range(1, len(CELLS) + 1),
+        help="during ingestion, the first N cells per placement (1: no pacing only; 2: and"
+        " the default pacing; 3: and pacing with nice)",
+    )
+    parser.add_argument(
         "--plot-search",
         type=Path,
         default=None,
@@ -1240,7 +1262,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 summary(by, streamed)
                 if not args.skip_ingestion:
                     print("\nduring ingestion (cold@1000 for each whole phase):", flush=True)
-                    alone, cells = during_ingestion(api, db_url, args.plans, tmp, args.duration)
+                    alone, cells = during_ingestion(
+                        api,
+                        db_url,
+                        args.plans,
+                        tmp,
+                        args.duration,
+                        frozenset(args.placements.split(",")) if args.placements else None,
+                        args.cells,
+                    )
                     ingestion_summary(alone, cells)
                 if not args.skip_curve:
                     print(

@@ -6,16 +6,23 @@ is answered at 1,000 requests/s, for the code before and after each change, in o
 
 One database of ``--plans`` simulator plans, ingested through the real commands as
 ``bench/api.py`` does (``--reuse`` an already loaded database instead; ``--keep`` leaves the
-new one for that), then, per round, each variant in turn, each its own ``pgenough api``
-process (one uvicorn worker, as bench/api.py runs it):
+new one for that), then, per round, each variant in turn (the order reversed every other
+round), each its own ``pgenough api`` process (one uvicorn worker, as bench/api.py runs it).
+The variants add one change each, so each row's ratio to the one above is that change:
 
-- ``before`` (only with ``--before-src``: a checkout of the code before the change, run from
-  its sources through ``PYTHONPATH``, ``PGENOUGH_API_MIGRATE=0``), on ``plans_search_idx`` as
-  migration 0001 built it;
-- ``old index``: this code on that same index;
-- ``asyncio loop``: this code on migration 0007's covering index, ``PGENOUGH_EVENT_LOOP=asyncio``;
-- ``this code``: this code, its defaults, on the covering index.
+- ``before`` (only with ``--before-src``: a checkout of the code before, run from its sources
+  through ``PYTHONPATH``, ``PGENOUGH_API_MIGRATE=0``): plans_search_idx as migration 0001
+  built it, h11, asyncio's loop;
+- ``handlers``: this code with the index, the HTTP parser and the loop of ``before``: its
+  error handlers on the event loop, request ids without uuid4, the pool's check without a
+  round trip;
+- ``+ index``: and migration 0007's covering index;
+- ``+ uvloop``: and the default event loop (``PGENOUGH_EVENT_LOOP=auto``);
+- ``this code``: and httptools, uvicorn's C parser (what the ``service`` extra installs):
+  everything at its default.
 
+httptools is hidden from a variant that predates it by a directory first on its
+``PYTHONPATH`` whose ``httptools.py`` raises ImportError, so uvicorn falls back to h11.
 The index is rebuilt (then ``VACUUM ANALYZE``) when a variant needs the other one. Per variant
 (``--duration`` seconds each; wrk as in bench/api.py, the same Lua scripts):
 
@@ -207,13 +214,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     admin = with_database(url, "postgres")
     print(f"server: {', '.join(f'{k}={v}' for k, v in server_facts(admin).items())}")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    hide = Path(tempfile.mkdtemp(prefix="pgenough-bench-no-httptools-"))
+    (hide / "httptools.py").write_text("raise ImportError('hidden by bench/search_cost.py')\n")
+    h11 = {"PYTHONPATH": str(hide)}
     variants: list[Variant] = []
     if args.before_src:
-        src = str(args.before_src.resolve())
-        variants.append(Variant("before", False, {"PYTHONPATH": src, "PGENOUGH_API_MIGRATE": "0"}))
+        before = os.pathsep.join((str(hide), str(args.before_src.resolve())))
+        variants.append(
+            Variant("before", False, {"PYTHONPATH": before, "PGENOUGH_API_MIGRATE": "0"})
+        )
     variants += [
-        Variant("old index", False, {}),
-        Variant("asyncio loop", True, {"PGENOUGH_EVENT_LOOP": "asyncio"}),
+        Variant("handlers", False, {**h11, "PGENOUGH_EVENT_LOOP": "asyncio"}),
+        Variant("+ index", True, {**h11, "PGENOUGH_EVENT_LOOP": "asyncio"}),
+        Variant("+ uvloop", True, h11),
         Variant("this code", True, {}),
     ]
     name = args.reuse or f"pgenough_bench_search_{uuid.uuid4().hex[:8]}"
