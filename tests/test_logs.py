@@ -173,15 +173,15 @@ def test_json_lines_of_a_real_fetch_carry_the_run_id(worker_env: dict[str, str])
     assert {"ts", "level", "logger", "message"} <= set(fetched[0])
 
 
+@pytest.mark.db
 def test_the_setting_selects_json(worker_env: dict[str, str]) -> None:
-    env = dict(
-        worker_env,
-        DATABASE_URL="postgresql://app@127.0.0.1:1/nope?connect_timeout=1",
-        PGENOUGH_LOG_FORMAT="json",
-        PGENOUGH_LOG_LEVEL="DEBUG",
-    )
-    result = pgenough("worker", "process", "--until-idle", env=env)
-    assert result.returncode == 1
-    logged = [line for line in result.stderr.splitlines() if not line.startswith("error:")]
-    assert logged, result.stderr
-    assert all(json.loads(line)["level"] for line in logged)
+    # A real fetch: it logs lines of its own (the event loop may log none: uvloop is silent).
+    with SimServer(plans=50, seed=6) as sim:
+        env = dict(worker_env, PGENOUGH_LOG_FORMAT="json", PGENOUGH_LOG_LEVEL="DEBUG")
+        result = pgenough(
+            "worker", "fetch", "--once", "--provider", f"setting-json={sim.url}", env=env
+        )
+    assert result.returncode == 0, result.stderr
+    logged = [json.loads(line) for line in result.stderr.splitlines() if line.strip()]
+    assert any(e["logger"] == "pgenough.plans.fetch" for e in logged), result.stderr
+    assert all(e["level"] for e in logged)
