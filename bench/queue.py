@@ -213,6 +213,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from pgenough import eventloop
 from pgenough.core import (
     BatchHandler,
     Handler,
@@ -228,7 +229,6 @@ from pgenough.core import (
     start_embedded,
 )
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.eventloop import DEFAULT_EVENT_LOOP, loop_factory
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
@@ -1235,11 +1235,10 @@ LATENCY_SETUP: dict[LatencySystem, Callable[[str], None]] = {
 }
 
 
-def run_as_the_cli(main: Coroutine[Any, Any, T]) -> T:
+def run_as_the_cli(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Ours on the event loop ``pgenough worker`` runs on by default (pgenough.eventloop:
     uvloop when installed), as a deployment runs it."""
-    with asyncio.Runner(loop_factory=loop_factory(DEFAULT_EVENT_LOOP)) as runner:
-        return runner.run(main)
+    return eventloop.run(main)
 
 
 def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[WorkerReport]) -> None:
@@ -1248,7 +1247,7 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
         if spec.system == "raw":
             end, done = drain_raw(spec, barrier)
         elif spec.system in OURS:
-            end, done = run_as_the_cli(drain_ours(spec, barrier))
+            end, done = run_as_the_cli(lambda: drain_ours(spec, barrier))
         elif spec.system == "pgqueuer":
             import uvloop
 
@@ -1386,7 +1385,7 @@ def _latency_worker_main(
 
         uvloop.run(pgqueuer())
     else:
-        run_as_the_cli(ours()) if system == "ours" else asyncio.run(procrastinate())
+        run_as_the_cli(ours) if system == "ours" else asyncio.run(procrastinate())
 
 
 @contextlib.asynccontextmanager

@@ -55,11 +55,12 @@ from typing import Any
 
 import psycopg
 
+from pgenough import eventloop
 from pgenough.core import BatchHandler, Job, NewJob, Worker, WorkerConfig, enqueue_many, migrate
 from pgenough.core import open_pool as open_pgenough_pool
 from pgenough.core._sql import load
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice, loop_factory
+from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 
 QUEUE = "default"
 KIND = "noop"
@@ -160,8 +161,7 @@ def drain_worker(
         finally:
             await pool.close()
 
-    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
-        return runner.run(go())
+    return eventloop.run(go, loop)
 
 
 def dispatch_cost(batch: int, batches: int) -> float:

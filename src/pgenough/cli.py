@@ -39,7 +39,7 @@ from rich.text import Text
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 from typer._click.globals import get_current_context
 
-from pgenough import __version__, jsonable, logs, render
+from pgenough import __version__, eventloop, jsonable, logs, render
 from pgenough.core import (
     JOB_STATES,
     AppNotFound,
@@ -59,7 +59,6 @@ from pgenough.core import (
     schema_version,
 )
 from pgenough.core.statements import AsyncConn
-from pgenough.eventloop import loop_factory
 from pgenough.httpserver import ListenError, listen
 from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.settings import ConfigFileError, Settings
@@ -208,8 +207,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 def _run(main: Callable[[], Coroutine[Any, Any, T]], settings: Settings) -> T:
     try:
-        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-            return runner.run(main())
+        return eventloop.run(main, settings.event_loop)
     except PgenoughError as exc:
         _fail(str(exc))
     except KeyboardInterrupt:

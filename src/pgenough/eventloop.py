@@ -4,21 +4,22 @@ uvloop when it is installed (the ``service`` extra installs it, as ``uvicorn[sta
 would), else asyncio's own. Measured here it cut the API's CPU per cold search by about a
 tenth (1.50 -> 1.34 ms; docs/benchmarks.md, "API: the cost of one search") and a batch-1
 worker's client CPU per job by about as much; psycopg, psycopg_pool and uvicorn run on
-either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop (for a
-platform uvloop does not support, or to rule it out); ``uvloop`` insists on it. Library users
-of ``pgenough.core`` run whatever loop their application runs.
+either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop (for a platform uvloop does not
+support, or to rule it out); ``uvloop`` insists on it. Library users of ``pgenough.core`` run
+whatever loop their application runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Final, Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Literal, TypeVar
 
 from pgenough.core import PgenoughError
 
 EventLoopChoice = Literal["auto", "asyncio", "uvloop"]
 DEFAULT_EVENT_LOOP: Final[EventLoopChoice] = "auto"
+T = TypeVar("T")
 
 
 def loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -35,3 +36,12 @@ def loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventL
             ) from None
         return None
     return uvloop.new_event_loop
+
+
+def run(
+    main: Callable[[], Coroutine[Any, Any, T]], choice: EventLoopChoice = DEFAULT_EVENT_LOOP
+) -> T:
+    """``asyncio.run(main())`` on the loop ``choice`` names. ``main`` is called only once the
+    loop exists, so a missing uvloop leaves no coroutine that was never awaited."""
+    with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
+        return runner.run(main())

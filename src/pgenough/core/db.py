@@ -218,17 +218,18 @@ async def check_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     the caller's statement then fails when TCP gives up. The round trip saved is one per
     checkout (docs/benchmarks.md, "API: the cost of one search").
     """
-    if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+    idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    if not (idle and _nothing_to_read(conn)):
         await AsyncConnectionPool.check_connection(conn)
-        return
+
+
+def _nothing_to_read(conn: psycopg.AsyncConnection[Any]) -> bool:
     try:
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
-        readable = bool(poller.poll(0))
+        return not poller.poll(0)
     except (AttributeError, OSError, ValueError):  # no poll() (Windows), or no socket
-        readable = True
-    if readable:
-        await AsyncConnectionPool.check_connection(conn)
+        return False
 
 
 def with_statement_timeout(url: str, seconds: float) -> str:
