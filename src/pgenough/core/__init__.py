@@ -1,7 +1,7 @@
 """pgenough's messaging core: a work queue, pub/sub, advisory locks and periodic tasks on
 PostgreSQL. It knows nothing about plans; ``docs/messaging.md`` is its manual."""
 
-from pgenough.core._sql import named_queries
+from pgenough.core._sql import PLAN_EACH_TIME, named_queries
 from pgenough.core.db import database_url, open_pool, start_embedded
 from pgenough.core.errors import (
     DatabaseError,
@@ -12,6 +12,7 @@ from pgenough.core.errors import (
     MigrationError,
     PgenoughError,
     RetryIn,
+    TaskTimeout,
 )
 from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
@@ -53,10 +54,16 @@ from pgenough.core.tasks import (
     Task,
     TaskArgumentsError,
     TaskContext,
-    TaskTimeout,
     load_app,
 )
-from pgenough.core.worker import BatchHandler, Handler, Worker, WorkerConfig, WorkerStats
+from pgenough.core.worker import (
+    BatchHandler,
+    Handler,
+    ThreadHandler,
+    Worker,
+    WorkerConfig,
+    WorkerStats,
+)
 
 # Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
 # one constant first.
@@ -88,6 +95,7 @@ __all__ = [  # noqa: RUF022
     "MigrationError",
     "MigrationSet",
     "NewJob",
+    "PLAN_EACH_TIME",
     "Periodic",
     "PeriodicTask",
     "PgenoughError",
@@ -101,6 +109,7 @@ __all__ = [  # noqa: RUF022
     "TaskArgumentsError",
     "TaskContext",
     "TaskTimeout",
+    "ThreadHandler",
     "Tick",
     "Worker",
     "WorkerConfig",

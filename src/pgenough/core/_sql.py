@@ -9,7 +9,24 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
-from typing import LiteralString
+from typing import Final, LiteralString
+
+PLAN_EACH_TIME: Final = False
+"""``prepare=PLAN_EACH_TIME`` (psycopg's ``execute`` argument): the statement is sent
+unprepared, so PostgreSQL plans it with its values and the table's current size at every
+execution.
+
+For statements that find rows of a table whose size swings by orders of magnitude (the jobs
+table above all: empty, then a burst of 200k, then empty again; the runs and plans tables of a
+fresh database). psycopg prepares a statement after 5 executions, and PostgreSQL then keeps a
+*generic* plan if it costs no more than the custom ones did: built while the table was empty,
+that is a Seq Scan (a claim: Seq Scan + Sort of the whole table; a heartbeat: a nested loop
+over two Seq Scans), kept until an ANALYZE or a VACUUM invalidates it, so every claim of a
+worker that started on an empty queue became O(rows) in the next burst. Measured
+(``python -m bench.claim_plans``): planning each claim costs no measurable throughput or
+backend CPU against the prepared statement at its best, and unlike ``plan_cache_mode`` it
+needs no session setting, so it holds on the caller's own connection (an ORM's, one behind
+PgBouncer) as on ours. See docs/architecture.md, "Plans that stay right"."""
 
 _HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 

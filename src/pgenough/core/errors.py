@@ -9,6 +9,7 @@ One root, a few branches that callers actually catch::
     ├── LeaseLost                the job is no longer ours: its lease expired and it was
     │                            reclaimed, or an operator cancelled it
     ├── JobNotFound              an operator action named a job that is not in that state
+    ├── TaskTimeout              an attempt ran past its task's timeout (retried)
     └── JobOutcome               raised by a handler to choose what happens to its job
         ├── RetryIn(seconds)     run again after this delay (counts as an attempt)
         └── GiveUp               dead-letter now, whatever the attempts left
@@ -59,6 +60,10 @@ class JobNotFound(PgenoughError):
     def __init__(self, job_id: int, action: str) -> None:
         super().__init__(f"job {job_id}: nothing to {action} (unknown id or wrong state)")
         self.job_id = job_id
+
+
+class TaskTimeout(PgenoughError):
+    """An attempt ran past its task's ``timeout`` (the attempt fails and is retried)."""
 
 
 class JobOutcome(PgenoughError):

@@ -14,7 +14,7 @@ from typing import Any, LiteralString
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import metrics
-from pgenough.core._sql import load
+from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.periodic import Periodic
 from pgenough.core.statements import Atomic, Plan, Query, Result, dual
 
@@ -80,7 +80,7 @@ def _batched(
 
 def _timed(query: LiteralString, params: dict[str, Any], timeout: float) -> Plan[Result]:
     yield Query(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
-    result: Result = yield Query(query, params)
+    result: Result = yield Query(query, params, prepare=PLAN_EACH_TIME)
     return result
 
 

@@ -38,6 +38,11 @@ JOBS_RECLAIMED = Counter(
     "Claims whose lease expired (the worker died or hung) and were taken back.",
     ["queue"],
 )
+JOBS_TIMED_OUT = Counter(
+    "pgenough_jobs_timed_out",
+    "Attempts that ran past their task's timeout (a plain function's thread runs on to its end).",
+    ["queue"],
+)
 JOB_DURATION = Histogram(
     "pgenough_job_duration_seconds",
     "Handler run time.",
@@ -76,6 +81,7 @@ class QueueMetrics:
         self.failed = JOBS_FAILED.labels(queue)
         self.retried = JOBS_RETRIED.labels(queue)
         self.dead = JOBS_DEAD.labels(queue)
+        self.timed_out = JOBS_TIMED_OUT.labels(queue)
         self.duration = JOB_DURATION.labels(queue)
 
 

@@ -30,7 +30,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import metrics
-from pgenough.core._sql import load
+from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.schedule import (
     DEFAULT_GRACE,
     MISSED_POLICIES,
@@ -188,6 +188,7 @@ class Periodic:
                 "skip": skip,
                 "replica": self.replica,
             },
+            prepare=PLAN_EACH_TIME,
         )
         row = await cur.fetchone()
         if row is None:

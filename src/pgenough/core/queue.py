@@ -22,7 +22,7 @@ from psycopg.abc import Buffer
 from psycopg.types.json import Jsonb, JsonbLoader
 
 from pgenough.core import metrics
-from pgenough.core._sql import load
+from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.errors import JobNotFound, LeaseLost
 from pgenough.core.statements import Atomic, Copy, Plan, Query, dual
 
@@ -205,7 +205,9 @@ def complete(job: Job) -> Plan[None]:
     exactly once. Raises ``LeaseLost`` (roll back!) when the job is no longer this claim -
     its lease expired and it was reclaimed, or an operator cancelled it.
     """
-    result = yield Query(_Q["complete"], {"id": job.id, "attempts": job.attempts})
+    result = yield Query(
+        _Q["complete"], {"id": job.id, "attempts": job.attempts}, prepare=PLAN_EACH_TIME
+    )
     if not result.rows:
         raise LeaseLost(job.id)
 
@@ -217,7 +219,8 @@ def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
     or cancelled meanwhile: roll back, or their effects would commit twice."""
     result = yield Query(
         _Q["complete_many"],
-        {"ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs]},
+        {"ids": int_array(j.id for j in jobs), "attempts": int_array(j.attempts for j in jobs)},
+        prepare=PLAN_EACH_TIME,
     )
     return {row[0] for row in result.rows}
 
@@ -225,7 +228,7 @@ def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
 @dual
 def retry_job(job_id: int) -> Plan[None]:
     """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
-    result = yield Query(_Q["retry_job"], {"id": job_id})
+    result = yield Query(_Q["retry_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "retry")
 
@@ -233,14 +236,14 @@ def retry_job(job_id: int) -> Plan[None]:
 @dual
 def retry_dead(queue: str | None = None) -> Plan[int]:
     """Make every dead job of ``queue`` (all queues when None) runnable now; return how many."""
-    result = yield Query(_Q["retry_dead"], {"queue": queue})
+    result = yield Query(_Q["retry_dead"], {"queue": queue}, prepare=PLAN_EACH_TIME)
     return len(result.rows)
 
 
 @dual
 def cancel_job(job_id: int) -> Plan[None]:
     """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
-    result = yield Query(_Q["cancel_job"], {"id": job_id})
+    result = yield Query(_Q["cancel_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "cancel")
 
@@ -248,7 +251,7 @@ def cancel_job(job_id: int) -> Plan[None]:
 @dual
 def get_job(job_id: int) -> Plan[JobRecord | None]:
     """The job's row, or None when it does not exist (completed jobs are deleted)."""
-    result = yield Query(_Q["get_job"], {"id": job_id}, dicts=True)
+    result = yield Query(_Q["get_job"], {"id": job_id}, dicts=True, prepare=PLAN_EACH_TIME)
     return JobRecord(**result.rows[0]) if result.rows else None
 
 
@@ -275,7 +278,7 @@ def list_jobs(
         "limit": limit,
         "before": before,
     }
-    result = yield Query(_Q["list_jobs"], params, dicts=True)
+    result = yield Query(_Q["list_jobs"], params, dicts=True, prepare=PLAN_EACH_TIME)
     return [JobRecord(**row) for row in result.rows]
 
 

@@ -56,6 +56,9 @@ class Query:
     sql: LiteralString
     params: Mapping[str, Any] | None = None
     dicts: bool = False
+    prepare: bool | None = None
+    """psycopg's ``prepare``: None lets it prepare a repeated statement; ``PLAN_EACH_TIME``
+    (``_sql.py``) for a statement that must never run on a cached generic plan."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ def _step_sync(conn: psycopg.Connection[Any], step: Step) -> Any:
                 for row in step.rows:
                     copy.write_row(row)
             return None
-        cur.execute(step.sql, step.params)
+        cur.execute(step.sql, step.params, prepare=step.prepare)
         return Result(cur.fetchall() if cur.description else [], cur.rowcount)
 
 
@@ -191,7 +194,7 @@ async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
                 for row in step.rows:
                     await copy.write_row(row)
             return None
-        await cur.execute(step.sql, step.params)
+        await cur.execute(step.sql, step.params, prepare=step.prepare)
         return Result(await cur.fetchall() if cur.description else [], cur.rowcount)
 
 

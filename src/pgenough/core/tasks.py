@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import importlib
 import inspect
 import logging
@@ -53,7 +54,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeAlias, Typ
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core.errors import GiveUp, PgenoughError
+from pgenough.core.errors import GiveUp, PgenoughError, TaskTimeout
 from pgenough.core.migrations import MigrationSet
 from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.queue import (
@@ -68,12 +69,13 @@ from pgenough.core.queue import (
 from pgenough.core.retry import Backoff
 from pgenough.core.schedule import DEFAULT_GRACE, Cron, Interval, Missed, Schedule
 from pgenough.core.statements import AnyConnection, run
-from pgenough.core.worker import AnyHandler, BatchHandler, Worker, WorkerConfig
+from pgenough.core.worker import AnyHandler, BatchHandler, ThreadHandler, Worker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
 TaskFn: TypeAlias = Callable[..., Any]
-"""An ``async def`` (run on the worker's event loop) or a plain ``def`` (run in a thread)."""
+"""An ``async def`` (run on the worker's event loop) or a plain ``def`` (run in one of the
+worker's threads, ``concurrency`` of them per queue)."""
 
 P = ParamSpec("P")
 """A task's parameters: ``enqueue`` and ``job`` take the same, so mypy checks the calls."""
@@ -87,10 +89,6 @@ BatchTaskFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], list[T]], Await
 class TaskArgumentsError(PgenoughError, TypeError):
     """A task was enqueued with arguments its signature does not accept, or that JSON
     cannot carry exactly."""
-
-
-class TaskTimeout(PgenoughError):
-    """An attempt ran past its task's ``timeout`` (the attempt fails and is retried)."""
 
 
 class AppNotFound(PgenoughError):
@@ -289,8 +287,21 @@ class Task(Generic[P]):
     # -- running -----------------------------------------------------------------------------
 
     def handler(self, pool: AsyncConnectionPool) -> AnyHandler:
-        """The worker's handler for this task's jobs."""
-        return _TaskHandler(self, pool)
+        """The worker's handler for this task's jobs. A plain function's is a
+        ``ThreadHandler``: the worker runs it in its queue's threads and times it."""
+        if self._is_async:
+            return _TaskHandler(self, pool)
+        return ThreadHandler(
+            functools.partial(self._call_blocking, pool=pool),
+            timeout=self.timeout,
+            backoff=self.backoff,
+        )
+
+    def _call_blocking(self, job: Job, *, pool: AsyncConnectionPool) -> None:
+        """A plain function's job, in the worker's thread."""
+        payload = self._stored_arguments(job)
+        args: tuple[Any, ...] = (TaskContext(job, pool),) if self.pass_context else ()
+        self.fn(*args, **payload)
 
     async def run_job(self, job: Job, pool: AsyncConnectionPool) -> None:
         payload = self._stored_arguments(job)
@@ -298,8 +309,8 @@ class Task(Generic[P]):
         if self._is_async:
             call: Awaitable[Any] = self.fn(*args, **payload)
         else:
-            # A thread: a blocking function must not stall the other jobs' event loop.
-            # (The thread cannot be interrupted by the timeout; see docs/messaging.md.)
+            # Outside a worker (which runs it as a ThreadHandler): a thread, so a blocking
+            # function does not stall the event loop; the timeout cannot interrupt it.
             call = asyncio.to_thread(self.fn, *args, **payload)
         await self._bounded(call)
 

@@ -28,6 +28,7 @@ Completion modes:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import logging
 import random
@@ -47,8 +48,8 @@ from psycopg.postgres import types as pg_types
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance, metrics
-from pgenough.core._sql import load
-from pgenough.core.errors import GiveUp, LeaseLost, RetryIn
+from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core.errors import GiveUp, LeaseLost, RetryIn, TaskTimeout
 from pgenough.core.logcontext import context_with
 from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
@@ -131,7 +132,27 @@ class BatchHandler:
     check: Callable[[Job], object] | None = None
 
 
-AnyHandler: TypeAlias = Handler | BatchHandler
+@dataclass(frozen=True)
+class ThreadHandler:
+    """A blocking handler: ``fn(job)`` runs in a thread of its queue's own pool, which has
+    ``concurrency`` threads, so a blocking call (an ORM, an HTTP client) stalls no other job
+    and every job the claim admits starts at once.
+
+    Python cannot interrupt a thread, and a job is never run twice at the same time: so the
+    job of a running ``fn`` stays claimed, its lease renewed by the heartbeat, until ``fn``
+    returns, whatever happens meanwhile. Past ``timeout`` seconds (counted from the moment
+    ``fn`` starts) the worker logs it, and when ``fn`` returns the attempt fails with
+    ``TaskTimeout`` and is retried like any failure. On shutdown the worker waits for it
+    past ``shutdown_timeout``; if the process is killed instead, the lease expiry hands the
+    job on. ``backoff`` is its retry policy (None: the queue's).
+    """
+
+    fn: Callable[[Job], object]
+    timeout: float | None = None
+    backoff: Backoff | None = None
+
+
+AnyHandler: TypeAlias = Handler | BatchHandler | ThreadHandler
 
 
 @dataclass
@@ -180,14 +201,30 @@ class _Executor:
         start: a job may wait behind the position until that scan."""
         self.wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        """This queue's threads for ``ThreadHandler`` jobs, started on the first one."""
+        self._in_threads: dict[int, float] = {}
+        """Jobs whose function is running in a thread now, with when (monotonic) it began:
+        they are never cancelled or handed back (see ``ThreadHandler``)."""
 
     def stop(self) -> None:
         self._stopping.set()
         self.wake.set()
 
     def interrupt(self) -> None:
-        for _, task in list(self._inflight.values()):
-            task.cancel()
+        """Cancel the running async handlers (a plain function's thread runs on)."""
+        for job_id, (_, task) in list(self._inflight.items()):
+            if job_id not in self._in_threads:
+                task.cancel()
+        if self._in_threads:
+            log.warning(
+                "%s: %d plain function(s) still running cannot be interrupted (jobs %s);"
+                " their jobs stay claimed until they return: kill the process to abandon"
+                " them, and their leases expire",
+                self.name,
+                len(self._in_threads),
+                ", ".join(map(str, list(self._in_threads)[:10])),
+            )
 
     async def run(self, until_idle: bool) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.name}:heartbeat")
@@ -200,6 +237,8 @@ class _Executor:
                 self._report()
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
+                if self._threads is not None:
+                    self._threads.shutdown(wait=False)  # idle: every function has returned
 
     def _report(self) -> None:
         if self._unreported:
@@ -297,7 +336,7 @@ class _Executor:
         }
         full = self._after is None or not limit or now >= self._rescan_at
         if full:
-            cur = await conn.execute(_Q["claim"], params)
+            cur = await conn.execute(_Q["claim"], params, prepare=PLAN_EACH_TIME)
             if limit:
                 self._rescan_at = now + RESCAN_INTERVAL
         else:
@@ -306,6 +345,7 @@ class _Executor:
             cur = await conn.execute(
                 _Q["claim_after"],
                 {**params, "priority": priority, "after_run_at": run_at, "after_id": after_id},
+                prepare=PLAN_EACH_TIME,
             )
         rows = await cur.fetchall()
         self._rescan_pending = not full and len(rows) < limit
@@ -369,7 +409,10 @@ class _Executor:
             if handler is None:
                 raise LookupError(f"no handler for job kind {job.kind!r} on this worker")
             assert not isinstance(handler, BatchHandler)  # _dispatch runs those in batches
-            await handler(job)
+            if isinstance(handler, ThreadHandler):
+                await self._run_in_thread(handler, job)
+            else:
+                await handler(job)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -383,6 +426,82 @@ class _Executor:
             self._metrics.duration.observe(time.perf_counter() - started)
             self._forget(job)
 
+    async def _run_in_thread(self, handler: ThreadHandler, job: Job) -> None:
+        """``handler.fn(job)`` in this queue's threads. Returns or raises once the function
+        has returned, even when cancelled meanwhile, unless it had not started yet (see
+        ``ThreadHandler``): its job must not be handed back, nor failed, while it runs."""
+        loop = asyncio.get_running_loop()
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.config.concurrency, thread_name_prefix=f"{self.name}-thread"
+            )
+        started: asyncio.Future[float] = loop.create_future()
+        context = contextvars.copy_context()  # the job's log context, as asyncio.to_thread
+
+        def call() -> object:
+            loop.call_soon_threadsafe(_resolve, started, time.monotonic())
+            return context.run(handler.fn, job)
+
+        future = self._threads.submit(call)
+        watch = asyncio.ensure_future(
+            self._watch_thread(handler, job, started, asyncio.wrap_future(future, loop=loop))
+        )
+        current = asyncio.current_task()
+        while True:
+            try:
+                # Shielded: cancelling this task must not cancel the wait for the thread.
+                await asyncio.shield(watch)
+                return
+            except asyncio.CancelledError:
+                if watch.cancelled() or future.cancel():  # the loop is closing, or it never ran
+                    watch.cancel()
+                    raise
+                if current is not None:
+                    current.uncancel()  # it runs: finish as if no one had asked
+
+    async def _watch_thread(
+        self,
+        handler: ThreadHandler,
+        job: Job,
+        started: asyncio.Future[float],
+        outcome: asyncio.Future[object],
+    ) -> None:
+        """Wait for a job's thread, from its start, and time it against ``handler.timeout``."""
+        began = await started
+        self._in_threads[job.id] = began
+        try:
+            if handler.timeout is None:
+                await outcome
+                return
+            left = handler.timeout - (time.monotonic() - began)
+            done, _ = await asyncio.wait({outcome}, timeout=max(0.0, left))
+            if done:
+                outcome.result()
+                return
+            log.warning(
+                "%s: job %d (%s) has run past its timeout of %gs; Python cannot interrupt a"
+                " thread: the job stays claimed until the function returns, then fails with"
+                " TaskTimeout",
+                self.name,
+                job.id,
+                job.kind,
+                handler.timeout,
+            )
+            try:
+                await outcome
+            except Exception as exc:
+                raise self._overdue(handler, job, began) from exc
+            raise self._overdue(handler, job, began)
+        finally:
+            del self._in_threads[job.id]
+
+    @staticmethod
+    def _overdue(handler: ThreadHandler, job: Job, began: float) -> TaskTimeout:
+        return TaskTimeout(
+            f"task {job.kind!r} ran past its timeout of {handler.timeout:g}s (its thread ran"
+            f" {time.monotonic() - began:.1f}s: Python cannot interrupt a thread)"
+        )
+
     def _forget(self, job: Job) -> None:
         """Take a finished job out of flight (unless its id is in flight for a newer claim)."""
         entry = self._inflight.get(job.id)
@@ -392,6 +511,8 @@ class _Executor:
 
     async def _failed(self, job: Job, exc: Exception, backoff: Backoff | None) -> None:
         """A job's attempt raised: retry it, dead-letter it, or note that it is lost."""
+        if isinstance(exc, TaskTimeout):
+            self._metrics.timed_out.inc()
         if isinstance(exc, LeaseLost):
             self.stats.lost += 1
             log.warning("%s: job %d lost its claim before completing", self.name, job.id)
@@ -522,7 +643,7 @@ class _Executor:
         }
         try:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(_Q["fail"], params)
+                cur = await conn.execute(_Q["fail"], params, prepare=PLAN_EACH_TIME)
                 row = await cur.fetchone()
         except psycopg.Error as exc:
             # The claim stays 'running'; the rescuer takes it back when its lease expires.
@@ -549,53 +670,61 @@ class _Executor:
         interval = self.config.lease / 3
         while True:
             await asyncio.sleep(interval)
-            ids = list(self._inflight)
-            if not ids:
-                continue
-            try:
-                async with self.pool.connection() as conn:
-                    cur = await conn.execute(
-                        _Q["heartbeat"],
-                        {"ids": ids, "lease": self.config.lease, "worker": self.name},
-                    )
-                    extended = {row[0] for row in await cur.fetchall()}
-            except psycopg.OperationalError as exc:
-                log.warning("%s: heartbeat failed: %s", self.name, exc)
-                continue
-            missing = [i for i in ids if i not in extended and i in self._inflight]
-            if missing:
-                log.debug(
-                    "%s: heartbeat skipped %d job(s) (finishing or lost): %s",
-                    self.name,
-                    len(missing),
-                    missing[:10],
+            if self._inflight:
+                await self._beat()
+
+    async def _beat(self) -> None:
+        """Extend the leases of the jobs in flight (running, or a thread not yet returned)."""
+        ids = list(self._inflight)
+        try:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    _Q["heartbeat"],
+                    {"ids": int_array(ids), "lease": self.config.lease, "worker": self.name},
+                    prepare=PLAN_EACH_TIME,
                 )
+                extended = {row[0] for row in await cur.fetchall()}
+        except psycopg.OperationalError as exc:
+            log.warning("%s: heartbeat failed: %s", self.name, exc)
+            return
+        missing = [i for i in ids if i not in extended and i in self._inflight]
+        if missing:
+            log.debug(
+                "%s: heartbeat skipped %d job(s) (finishing or lost): %s",
+                self.name,
+                len(missing),
+                missing[:10],
+            )
 
     # -- shutdown ---------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
-        """Let running handlers finish, interrupt the rest and give their claims back."""
+        """Let running handlers finish; past ``shutdown_timeout`` cancel the async ones and,
+        once their coroutines have ended, give their claims back. A plain function's thread
+        cannot be cancelled: its job stays claimed, heartbeats going on, until it returns."""
         if not self._inflight:
             return
         tasks = {task for _, task in self._inflight.values()}  # a batch's jobs share one
         _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout)
-        interrupted = [job for job, task in self._inflight.values() if task in pending]
-        for task in pending:
+        threads = {task for i, (_, task) in self._inflight.items() if i in self._in_threads}
+        stoppable = pending - threads
+        interrupted = [job for job, task in self._inflight.values() if task in stoppable]
+        for task in stoppable:
             task.cancel()
+        if pending & threads:
+            log.warning(
+                "%s: %d plain function(s) still running after the shutdown timeout; Python"
+                " cannot interrupt a thread: waiting for them to return, their jobs stay"
+                " claimed (kill the process to abandon them: their leases expire)",
+                self.name,
+                len(pending & threads),
+            )
         await asyncio.gather(*pending, return_exceptions=True)
         try:
             async with self.pool.connection() as conn:
-                await self._flush_acks(conn)
+                await self._flush_acks(conn)  # first: an interrupted job may have finished
                 if interrupted:
-                    await conn.execute(
-                        _Q["release"],
-                        {
-                            "ids": [j.id for j in interrupted],
-                            "worker": self.name,
-                            "error": INTERRUPTED,
-                        },
-                    )
-                    log.warning("%s: released %d interrupted job(s)", self.name, len(interrupted))
+                    await self._hand_back(conn, interrupted)
         except psycopg.OperationalError as exc:
             # Their leases expire and the rescuer hands them out again: delayed, not lost.
             log.error(
@@ -604,6 +733,16 @@ class _Executor:
                 len(interrupted),
                 exc,
             )
+
+    async def _hand_back(self, conn: psycopg.AsyncConnection[Any], jobs: list[Job]) -> None:
+        """Make interrupted claims runnable again at once (their attempt stays counted)."""
+        cur = await conn.execute(
+            _Q["release"],
+            {"ids": int_array(j.id for j in jobs), "worker": self.name, "error": INTERRUPTED},
+            prepare=PLAN_EACH_TIME,
+        )
+        if cur.rowcount:
+            log.warning("%s: released %d interrupted job(s)", self.name, cur.rowcount)
 
 
 class Worker:
@@ -788,6 +927,11 @@ else:
         coro: Coroutine[Any, Any, None], name: str, context: contextvars.Context
     ) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(coro, name=name, context=context)
+
+
+def _resolve(future: asyncio.Future[float], value: float) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 def _describe(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
+    PLAN_EACH_TIME,
     DatabaseError,
     LockNotAcquired,
     NewJob,
@@ -195,7 +196,9 @@ async def fetch_provider(
 
 async def _fail_orphans(conn: psycopg.AsyncConnection[Any], provider: str) -> None:
     async with conn.transaction():
-        cur = await conn.execute(_Q["fail_orphaned_runs"], {"provider": provider})
+        cur = await conn.execute(
+            _Q["fail_orphaned_runs"], {"provider": provider}, prepare=PLAN_EACH_TIME
+        )
         orphans = [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
         for orphan, _ in orphans:
             await store.drop_staging(conn, orphan)
@@ -348,6 +351,7 @@ class _Fetch:
                 "skipped": self.parser.skipped,
                 "phase": self.phase,
             },
+            prepare=PLAN_EACH_TIME,
         )
         if await cur.fetchone() is None:
             assert self.run_id is not None
@@ -376,11 +380,13 @@ class _Fetch:
 
     async def _record(self, attempt: Attempt) -> None:
         await self.conn.execute(
-            _Q["record_attempt"], {"id": self.run_id, "attempt": json.dumps(attempt.as_json())}
+            _Q["record_attempt"],
+            {"id": self.run_id, "attempt": json.dumps(attempt.as_json())},
+            prepare=PLAN_EACH_TIME,
         )
 
     async def _still_running(self) -> bool:
-        cur = await self.conn.execute(_Q["get_run"], {"id": self.run_id})
+        cur = await self.conn.execute(_Q["get_run"], {"id": self.run_id}, prepare=PLAN_EACH_TIME)
         row = await cur.fetchone()
         return row is not None and row[3] == "RUNNING"
 
@@ -444,6 +450,7 @@ class _Fetch:
                     "skipped": self.parser.skipped,
                     "samples": _samples(self.parser),
                 },
+                prepare=PLAN_EACH_TIME,
             )
             await store.drop_staging(conn, self.run_id)
             await run_changed(conn, self.run_id, self.provider.name, "FAILED")
@@ -468,12 +475,13 @@ class _Fetch:
                     "samples": _samples(parser),
                     "chunks": len(chunks),
                 },
+                prepare=PLAN_EACH_TIME,
             )
             if chunks:
                 await apply_chunk.enqueue_many(conn, chunk_jobs(run_id, chunks))
                 status = "STAGED"
             else:
-                await conn.execute(_Q["mark_processed"], {"id": run_id})
+                await conn.execute(_Q["mark_processed"], {"id": run_id}, prepare=PLAN_EACH_TIME)
                 await store.drop_staging(conn, run_id)
                 status = "PROCESSED"
             await run_changed(conn, run_id, provider, status)

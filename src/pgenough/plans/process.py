@@ -15,6 +15,7 @@ import logging
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
+    PLAN_EACH_TIME,
     App,
     TaskContext,
     Worker,
@@ -59,7 +60,7 @@ async def apply_chunk(ctx: TaskContext, run_id: int, lo: str, hi: str) -> None:
 
 async def _apply(ctx: TaskContext, conn: AsyncConn, run_id: int, lo: str, hi: str) -> None:
     async with conn.transaction():
-        cur = await conn.execute(_Q["get_run"], {"id": run_id})
+        cur = await conn.execute(_Q["get_run"], {"id": run_id}, prepare=PLAN_EACH_TIME)
         run = await cur.fetchone()
         if run is None or run[3] != "STAGED":
             # The run was failed or finished by someone else: nothing to apply.
@@ -74,6 +75,7 @@ async def _apply(ctx: TaskContext, conn: AsyncConn, run_id: int, lo: str, hi: st
         cur = await conn.execute(
             _Q["chunk_done"],
             {"id": run_id, "written": result.written, "failed": result.failed},
+            prepare=PLAN_EACH_TIME,
         )
         done = await cur.fetchone()
         if done is not None and done[0]:
@@ -97,7 +99,9 @@ async def reap_stale_runs(ctx: TaskContext, stale_after: float = DEFAULT_STALE_A
 async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AFTER) -> list[int]:
     """The reaper: fail RUNNING runs whose worker stopped heartbeating; drop their staging."""
     async with conn.transaction():
-        cur = await conn.execute(_Q["fail_stale_runs"], {"stale_after": stale_after})
+        cur = await conn.execute(
+            _Q["fail_stale_runs"], {"stale_after": stale_after}, prepare=PLAN_EACH_TIME
+        )
         rows = await cur.fetchall()
         failed = [int(run_id) for run_id, _ in rows]
         for run_id, provider in rows:
@@ -113,7 +117,7 @@ async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AF
 
 
 async def _finish_run(conn: AsyncConn, run_id: int, provider: str) -> None:
-    cur = await conn.execute(_Q["mark_processed"], {"id": run_id})
+    cur = await conn.execute(_Q["mark_processed"], {"id": run_id}, prepare=PLAN_EACH_TIME)
     row = await cur.fetchone()
     await store.drop_staging(conn, run_id)
     await run_changed(conn, run_id, provider, "PROCESSED")

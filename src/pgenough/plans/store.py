@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgenough.core import MigrationSet, named_queries
+from pgenough.core import PLAN_EACH_TIME, MigrationSet, named_queries
 from pgenough.core.statements import AsyncConn
 from pgenough.plans.feed import PlanRecord
 
@@ -195,8 +195,11 @@ async def apply_chunk(
 
 
 async def _apply(conn: AsyncConn, params: dict[str, Any], seq_lo: int, seq_hi: int) -> ChunkResult:
+    # plans and plan_seen grow from empty in a fresh database's first run: planned each time.
     cur = await conn.execute(
-        _q("apply_rows", params["run_id"]), {**params, "seq_lo": seq_lo, "seq_hi": seq_hi}
+        _q("apply_rows", params["run_id"]),
+        {**params, "seq_lo": seq_lo, "seq_hi": seq_hi},
+        prepare=PLAN_EACH_TIME,
     )
     row = await cur.fetchone()
     assert row is not None
