@@ -71,10 +71,13 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   ``DELETE FROM raw_jobs WHERE id IN (SELECT id FROM raw_jobs WHERE queue = 'default' AND
   state = 'ready' AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT B FOR UPDATE
   SKIP LOCKED) RETURNING <the columns a handler sees>`` and calling a no-op function per row,
-  until a DELETE returns nothing. ``raw_jobs`` has the columns of ``pgenough.jobs`` and the
-  same claim index ``(queue, priority DESC, run_at, id) WHERE state = 'ready'``. A job is
-  deleted when it is taken: no lease, no retry, at-most-once - nothing a real queue can do
-  with fewer statements.
+  until a DELETE returns nothing. The DELETE is sent unprepared (``prepare=False``): planned
+  each time with its values and the table's size, so always on the claim index; a cached
+  generic plan could be a nested-loop semi join over seq scans, O(rows²) per claim, as a
+  statement psycopg prepares after 5 runs may get (``RAW_TAKE_PREPARE``). ``raw_jobs`` has
+  the columns of ``pgenough.jobs`` and the same claim index ``(queue, priority DESC, run_at,
+  id) WHERE state = 'ready'``. A job is deleted when it is taken: no lease, no retry,
+  at-most-once - nothing a real queue can do with fewer statements.
 - ``pgqueuer``: PgQueuer with its fastest documented setup (its ``tools/benchmark.py``): the
   asyncpg driver on one connection, ``uvloop``, ``PgQueuer.run(batch_size=B,
   mode=QueueExecutionMode.drain)``; default (durable, logged) tables. Batch sizes 10 and 100.
@@ -352,6 +355,20 @@ WHERE id IN (
 )
 RETURNING id, queue, kind, payload, priority, attempts, max_attempts, run_at, created_at
 """
+RAW_TAKE_PREPARE = False
+"""``prepare=`` of every ``RAW_TAKE``: never prepared server-side. psycopg prepares a statement
+after 5 executions, and PostgreSQL may then cache a *generic* plan, built for no particular
+values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans, O(rows²)
+per claim (claims ran for minutes in steady state; forced generic, one claim on 20,000 rows
+took 33 s and, rescanning the SKIP LOCKED subquery per outer row, deleted all 20,000). Sent
+unprepared, it is planned each time with its values and the table's current size: the claim
+index. The product's claim does the same."""
+
+
+def raw_take(conn: psycopg.Connection[Any], batch: int) -> list[tuple[Any, ...]]:
+    """One claim of the raw loop: up to ``batch`` jobs deleted and returned."""
+    params = {"queue": QUEUE, "limit": batch}
+    return conn.execute(RAW_TAKE, params, prepare=RAW_TAKE_PREPARE).fetchall()
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -628,8 +645,7 @@ def drain_raw(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
     with psycopg.connect(spec.url, autocommit=True) as conn:
         conn.execute("SELECT 1")
         barrier.wait(BARRIER_TIMEOUT)
-        params = {"queue": QUEUE, "limit": spec.batch}
-        while rows := conn.execute(RAW_TAKE, params).fetchall():
+        while rows := raw_take(conn, spec.batch):
             for row in rows:
                 _raw_handler(row)
             done += len(rows)

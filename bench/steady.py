@@ -8,7 +8,8 @@ Run it from the repository root::
 
 Burn-down figures flatter every queue: a backlog drained once never meets its own dead rows.
 This benchmark runs pgenough's batched worker (``ours``) and the raw SKIP LOCKED loop of
-``bench/queue.py`` (``raw``) one after the other, each in its own fresh database, with
+``bench/queue.py`` (``raw``; its DELETE sent unprepared, planned each time on the claim index:
+``bench.queue.RAW_TAKE_PREPARE``) one after the other, each in its own fresh database, with
 autovacuum ON (as users run it). If the server has it off, the benchmark turns it on with
 ``ALTER SYSTEM SET autovacuum = on`` and a reload, and resets it at the end (the per-table
 ``autovacuum_enabled`` storage parameter does nothing while the launcher is off);
@@ -79,13 +80,13 @@ from bench.queue import (
     KIND,
     OURS_POOL_SIZE,
     QUEUE,
-    RAW_TAKE,
     ROOT,
     DrainSpec,
     Server,
     enqueue_ours,
     enqueue_raw,
     prepare_drain,
+    raw_take,
     run_drain,
     setup_ours,
     setup_raw,
@@ -269,10 +270,9 @@ def _raw_worker(spec: WorkerSpec, ready: Barrier, stop: MPEvent, rec: Record) ->
     with psycopg.connect(spec.url, autocommit=True) as conn:
         conn.execute("SELECT 1")
         ready.wait(BARRIER_TIMEOUT)
-        params = {"queue": QUEUE, "limit": spec.batch}
         while not stop.is_set():
             began = time.perf_counter()
-            rows = conn.execute(RAW_TAKE, params).fetchall()
+            rows = raw_take(conn, spec.batch)  # unprepared: see bench.queue.RAW_TAKE_PREPARE
             took = time.perf_counter() - began
             now = time.time()
             rec.claims.append((now, took, len(rows)))
