@@ -23,9 +23,10 @@ here (a Python package or node missing, a broker not answering) is printed as ``
 <system> (<why>)`` and left out; nothing stands in for it.
 
 Options: ``--systems`` (comma-separated: ``raw``, ``ours-batched``, ``ours-tx``,
-``ours-batch-tx``, ``pgqueuer``, ``procrastinate``, ``graphile``, ``nats``, ``rabbitmq``, or the
-groups ``ours`` = the three modes of ours, ``peers`` = PgQueuer + Procrastinate +
-graphile-worker, ``brokers``, ``all``; default all; Procrastinate takes minutes, leave it out
+``ours-batch-tx``, ``pgqueuer``, ``procrastinate``, ``graphile``, ``nats``, ``nats-ackall``,
+``rabbitmq``, ``rabbitmq-multi``, or the groups ``ours`` = the three modes of ours, ``peers`` =
+PgQueuer + Procrastinate + graphile-worker, ``brokers`` = the four broker forms, ``all``;
+default all; Procrastinate takes minutes, leave it out
 with e.g. ``--systems ours,raw,pgqueuer,graphile,brokers``); ``--workers 1,2,4`` (processes per
 drain); ``--batches 1,100``; ``--jobs N`` (every cell's first size, default 20,000);
 ``--min-drain S`` (default 2); ``--repeat R`` (counted drains per cell, default 3);
@@ -130,6 +131,13 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   when a request finds nothing; then flushes its connection. Checked afterwards: the consumer
   has nothing pending and nothing ack-pending, the stream holds no message (waiting up to 5 s
   for acks to be applied), and the handlers ran N times.
+- ``nats-ackall``: the same with the batch-acknowledge form, at batches above 1 only: the
+  consumer has ``AckPolicy.ALL``, and a worker handles every message of a pulled batch, then
+  acks only its last one, which acks every message of the consumer up to that stream
+  sequence. One ack per batch instead of B; but with several workers on the consumer, one
+  worker's ack also acks what another holds and has not handled yet (a crash would lose it:
+  at-most-once for those). The same checks afterwards: nothing pending or ack-pending, the
+  stream empty, the handlers ran N times.
 - ``rabbitmq``: RabbitMQ through aiormq (the AMQP client aio-pika is built on, used directly so
   that a message costs the protocol's work and not aio-pika's wrapper objects too). Per drain a
   fresh durable classic queue; loading: N persistent messages (``delivery_mode=2``) on a channel
@@ -139,6 +147,12 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   acks) and stops when nothing is ready and it holds nothing (waiting ``RABBITMQ_IDLE_POLL`` =
   10 ms between asks). Checked afterwards, once every worker's connection is closed (which would
   return unacked messages): no message ready, handlers ran N times.
+- ``rabbitmq-multi``: the same with the batch-acknowledge form, at batches above 1 only:
+  ``prefetch_count=B``, and one ``basic.ack(multiple=True)`` on the delivery tag of the last
+  delivery of each batch: once B deliveries are handled (the whole prefetch window, so the
+  broker sends the next B after it), or, holding fewer, once nothing more is delivered for
+  ``RABBITMQ_IDLE_POLL`` (the queue's tail); the worker acks what it holds before it asks the
+  queue. The same checks afterwards.
 - The brokers' clients run with plain asyncio; PgQueuer gets uvloop (its documented setup), and
   ours runs on the event loop ``pgenough worker`` runs on by default (``pgenough.eventloop``:
   uvloop when it is installed, which the ``service`` extra does), as a deployment runs it.
@@ -170,12 +184,13 @@ PgQueuer with ``batch_size=10`` under uvloop, Procrastinate with the concurrency
 runs.
 
 *ratios and targets* - ratios of the cells' median rates, per (workers, batch): ``ours/raw``
-for each mode, batched/PgQueuer,
-batch-tx/batched, batched/graphile-worker (at batch 100), batched/NATS and batched/RabbitMQ;
-latency ``ours/pgqueuer`` at p50 and p99. Then issue 13's targets, on the batched mode: at
-batch 100 >= 1.5x graphile-worker and >= 0.6x raw at every worker count measured (the issue
-names 1, 2 and 4), ahead of NATS JetStream at every worker count and batch size measured; at
-batch 1 >= 0.8x raw; batch-transactional >= 0.5x batched at batch 100; latency p50 <= 0.75x
+for each mode, batched/PgQueuer, batch-tx/batched, batched/graphile-worker (at batch 100),
+batched against each broker form (``nats``, ``nats-ackall``, ``rabbitmq``,
+``rabbitmq-multi``); latency ``ours/pgqueuer`` at p50 and p99. Then issue 13's targets, on
+the batched mode: at batch 100 >= 1.5x graphile-worker and >= 0.6x raw at every worker count
+measured (the issue names 1, 2 and 4), ahead of NATS JetStream (``nats``, per-message acks,
+as the issue measured it) at every worker count and batch size measured; at batch 1 >= 0.8x
+raw; batch-transactional >= 0.5x batched at batch 100; latency p50 <= 0.75x
 PgQueuer's and p99 <= PgQueuer's. Every figure of a ratio comes from the same run; on a small
 noisy machine compare ratios, not absolute rates across runs.
 
@@ -276,7 +291,9 @@ System: TypeAlias = Literal[
     "procrastinate",
     "graphile",
     "nats",
+    "nats-ackall",
     "rabbitmq",
+    "rabbitmq-multi",
 ]
 OURS: tuple[System, ...] = ("ours-batched", "ours-tx", "ours-batch-tx")
 ALL_SYSTEMS: tuple[System, ...] = (
@@ -286,18 +303,23 @@ ALL_SYSTEMS: tuple[System, ...] = (
     "procrastinate",
     "graphile",
     "nats",
+    "nats-ackall",
     "rabbitmq",
+    "rabbitmq-multi",
 )
 SYSTEM_ALIASES: dict[str, tuple[System, ...]] = {
     "ours": OURS,
     "peers": ("pgqueuer", "procrastinate", "graphile"),
-    "brokers": ("nats", "rabbitmq"),
+    "brokers": ("nats", "nats-ackall", "rabbitmq", "rabbitmq-multi"),
     "all": ALL_SYSTEMS,
 }
 """``--systems`` names beside the systems' own."""
 UNBATCHED: tuple[System, ...] = ("procrastinate", "graphile")
 """Systems without a batch size of ours to match: run once per worker count (key batch 0)."""
-BROKERS: tuple[System, ...] = ("nats", "rabbitmq")
+BROKERS: tuple[System, ...] = ("nats", "nats-ackall", "rabbitmq", "rabbitmq-multi")
+BATCH_ACKS: tuple[System, ...] = ("nats-ackall", "rabbitmq-multi")
+"""The brokers' batch-acknowledge forms: one ack per batch, so run only at batches above 1."""
+NATS_SYSTEMS: tuple[System, ...] = ("nats", "nats-ackall")
 REFERENCE_BATCH = 100
 """The batch size of the targets, the peers' comparison and the plot."""
 
@@ -959,12 +981,12 @@ async def _nats_connect() -> Any:
 
 def broker_missing(system: System) -> str | None:
     """Why a broker cannot run here (None: it answers)."""
-    module = {"nats": "nats", "rabbitmq": "aiormq"}[system]
+    module = "nats" if system in NATS_SYSTEMS else "aiormq"
     if importlib.util.find_spec(module) is None:
         return f"{module} not installed; pip install -e '.[bench]'"
 
     async def probe() -> None:
-        if system == "nats":
+        if system in NATS_SYSTEMS:
             nc = await _nats_connect()
             try:
                 await nc.jetstream().account_info()
@@ -980,7 +1002,7 @@ def broker_missing(system: System) -> str | None:
     try:
         asyncio.run(asyncio.wait_for(probe(), 10))
     except Exception as exc:  # any failure to answer means: skip it
-        where = NATS_URL if system == "nats" else RABBITMQ_URL.split("@")[-1]
+        where = NATS_URL if system in NATS_SYSTEMS else RABBITMQ_URL.split("@")[-1]
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return f"no answer at {where}: {why}"
     finally:
@@ -992,9 +1014,10 @@ def setup_nats(url: str) -> None:
     """Nothing: every drain gets a fresh stream (``enqueue_nats``)."""
 
 
-def enqueue_nats(url: str, n: int, name: str) -> float:
-    """A fresh file-storage work-queue stream and durable pull consumer, then ``n``
-    publishes, each awaiting its ack, ``BROKER_PUBLISH_WINDOW`` in flight."""
+def enqueue_nats(url: str, n: int, name: str, ack_all: bool = False) -> float:
+    """A fresh file-storage work-queue stream and durable pull consumer (explicit acks, or
+    ``AckPolicy.ALL`` with ``ack_all``), then ``n`` publishes, each awaiting its ack,
+    ``BROKER_PUBLISH_WINDOW`` in flight."""
 
     async def go() -> float:
         from nats.js.api import (
@@ -1013,14 +1036,16 @@ def enqueue_nats(url: str, n: int, name: str) -> float:
                     name=name,
                     subjects=[nats_subject(name)],
                     storage=StorageType.FILE,
-                    retention=RetentionPolicy.WORK_QUEUE,
+                    # A work-queue stream takes explicit acks only; with its one consumer an
+                    # interest stream deletes a message once it is acked, just the same.
+                    retention=RetentionPolicy.INTEREST if ack_all else RetentionPolicy.WORK_QUEUE,
                 )
             )
             await js.add_consumer(
                 name,
                 ConsumerConfig(
                     durable_name=NATS_DURABLE,
-                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_policy=AckPolicy.ALL if ack_all else AckPolicy.EXPLICIT,
                     ack_wait=120,
                     max_ack_pending=-1,
                 ),
@@ -1081,9 +1106,12 @@ def cleanup_nats(url: str, name: str) -> None:
 async def drain_nats(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
     """Pull requests of ``batch`` messages with ``no_wait`` (the first step of nats-py's
     ``fetch``: it would then linger for new messages, which a drain must not wait for); each
-    message handled and acked; done when a request finds nothing pending."""
+    message handled and acked (``nats-ackall``: all handled, then only the last one acked,
+    which under ``AckPolicy.ALL`` acks every message up to it); done when a request finds
+    nothing pending."""
     from nats.js.client import JetStreamContext
 
+    ack_all = spec.system == "nats-ackall"
     nc = await _nats_connect()
     done = 0
     try:
@@ -1105,7 +1133,10 @@ async def drain_nats(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
                 break
             for msg in batch:  # as nats-py's fetch: the batch arrives, then each is handled
                 _broker_handler(msg.data)
-                await msg.ack()
+                if not ack_all:
+                    await msg.ack()
+            if ack_all:
+                await batch[-1].ack()  # the batch's highest stream sequence: all of it acked
             done += len(batch)
         await nc.flush()  # the acks are on the server
         return time.time(), done
@@ -1193,27 +1224,58 @@ async def drain_rabbitmq(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]
     With nothing delivered the worker asks the queue (a passive declare, which also comes
     back after all its acks on the channel); done when the queue has no ready message and
     this worker holds none. Another worker's unacked deliveries are that worker's to finish;
-    the clock stops at the last worker's end."""
+    the clock stops at the last worker's end.
+
+    ``rabbitmq-multi``: the same consumer, but one ``basic.ack(multiple=True)`` per batch,
+    on the delivery tag of its last message, once ``batch`` deliveries are handled (the
+    whole prefetch window: the broker sends the next batch after it) or, with fewer in hand,
+    once nothing more is delivered for ``RABBITMQ_IDLE_POLL`` (the queue's tail)."""
+    multi = spec.system == "rabbitmq-multi"
     conn, channel = await _rabbitmq_channel()
     done = 0
     try:
         await channel.basic_qos(prefetch_count=spec.batch)
         await channel.queue_declare(spec.name, passive=True)
         inbox: asyncio.Queue[Any] = asyncio.Queue()
+        unacked = 0  # rabbitmq-multi: deliveries handled since the last ack, the last one's tag
+        last_tag = 0
 
         async def deliver(message: Any) -> None:
             inbox.put_nowait(message)
 
-        async def handle(message: Any) -> None:
-            _broker_handler(message.body)
+        async def ack(tag: int, multiple: bool) -> None:
             # wait=False: not until the frame is written (AMQP acks have no reply anyway);
             # the passive declare that ends the drain comes back after them.
-            await channel.basic_ack(message.delivery.delivery_tag, wait=False)
+            await channel.basic_ack(tag, multiple=multiple, wait=False)
+
+        async def handle(message: Any) -> None:
+            nonlocal unacked, last_tag
+            _broker_handler(message.body)
+            if not multi:
+                await ack(message.delivery.delivery_tag, False)
+                return
+            unacked += 1
+            last_tag = message.delivery.delivery_tag
+            if unacked >= spec.batch:
+                await flush()
+
+        async def flush() -> None:
+            """``rabbitmq-multi``: ack every delivery up to the last one handled."""
+            nonlocal unacked
+            if unacked:
+                await ack(last_tag, True)
+                unacked = 0
 
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
         await channel.basic_consume(spec.name, deliver, no_ack=False)
         while True:
             if inbox.empty():
+                if unacked:  # rabbitmq-multi, a partial batch: more may be on its way
+                    with contextlib.suppress(TimeoutError):
+                        await handle(await asyncio.wait_for(inbox.get(), RABBITMQ_IDLE_POLL))
+                        done += 1
+                        continue
+                    await flush()  # none came: the queue's tail (or another worker holds it)
                 left = await channel.queue_declare(spec.name, passive=True)
                 if not left.message_count and inbox.empty():
                     break
@@ -1281,11 +1343,26 @@ SYSTEMS: dict[System, SystemOps] = {
         "graphile",
     ),
     "nats": SystemOps(setup_nats, enqueue_nats, remaining_nats, None, cleanup_nats),
+    "nats-ackall": SystemOps(
+        setup_nats,
+        lambda url, n, name: enqueue_nats(url, n, name, ack_all=True),
+        remaining_nats,
+        None,
+        cleanup_nats,
+    ),
     "rabbitmq": SystemOps(
         setup_rabbitmq, enqueue_rabbitmq, remaining_rabbitmq, None, cleanup_rabbitmq
     ),
+    "rabbitmq-multi": SystemOps(
+        setup_rabbitmq, enqueue_rabbitmq, remaining_rabbitmq, None, cleanup_rabbitmq
+    ),
 }
-BROKER_URLS: dict[System, str] = {"nats": NATS_URL, "rabbitmq": RABBITMQ_URL}
+BROKER_URLS: dict[System, str] = {
+    "nats": NATS_URL,
+    "nats-ackall": NATS_URL,
+    "rabbitmq": RABBITMQ_URL,
+    "rabbitmq-multi": RABBITMQ_URL,
+}
 
 
 LATENCY_SYSTEMS: tuple[LatencySystem, ...] = ("ours", "pgqueuer", "procrastinate")
@@ -1313,9 +1390,9 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
             import uvloop
 
             end, done = uvloop.run(drain_pgqueuer(spec, barrier))
-        elif spec.system == "nats":
+        elif spec.system in NATS_SYSTEMS:
             end, done = asyncio.run(drain_nats(spec, barrier))
-        elif spec.system == "rabbitmq":
+        elif spec.system in ("rabbitmq", "rabbitmq-multi"):
             end, done = asyncio.run(drain_rabbitmq(spec, barrier))
         else:
             end, done = asyncio.run(drain_procrastinate(spec, barrier))
@@ -1622,7 +1699,7 @@ class Plan:
                 if "pgqueuer" in on and batch in self.pgqueuer_batches:
                     yield "pgqueuer", workers, batch
                 for system in BROKERS:
-                    if system in on:
+                    if system in on and (batch > 1 or system not in BATCH_ACKS):
                         yield system, workers, batch
         if "graphile" in on and graphile_batch is None:
             for workers in self.workers:
@@ -1794,8 +1871,7 @@ def report(
         "batched/pgqueuer",
         "batch-tx/batched",
         "batched/graphile",
-        "batched/nats",
-        "batched/rabbitmq",
+        *(f"batched/{b}" for b in BROKERS),
     ]
     print(table(headers, rows) if rows else "(nothing to compare)")
 
@@ -1894,7 +1970,9 @@ PLOT_LABELS: dict[System, str] = {
     "procrastinate": "Procrastinate",
     "graphile": "graphile-worker",
     "nats": "NATS JetStream",
+    "nats-ackall": "NATS JetStream (AckPolicy.ALL, one ack per batch)",
     "rabbitmq": "RabbitMQ",
+    "rabbitmq-multi": "RabbitMQ (basic.ack multiple=True per batch)",
 }
 
 
@@ -2126,9 +2204,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         note = f" SHORT (under {plan.min_drain_s:g} s)" if r.short[-1] else ""
                         print(line + note, flush=True)
                         break
-        except (RuntimeError, psycopg.Error, OSError) as exc:
-            # A drain that cannot run (the server out of connections, a broker gone) ends the
-            # measuring, not the report: what was measured before it is printed.
+        except Exception as exc:
+            # A drain that cannot run (the server out of connections, a broker gone or
+            # refusing a request) ends the measuring, not the report: what was measured
+            # before it is printed.
             failure = f"{type(exc).__name__}: {exc}"
             print(f"\nINCOMPLETE, measuring stopped: {failure}", flush=True)
 
