@@ -242,6 +242,7 @@ from multiprocessing.context import SpawnContext
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.synchronize import Barrier
 from multiprocessing.synchronize import Event as MPEvent
+from queue import Empty
 from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import quote
 
@@ -1455,6 +1456,27 @@ def run_drain(ctx: SpawnContext, spec: DrainSpec, workers: int, jobs: int) -> fl
     return drain_s
 
 
+def next_report(
+    reports: MPQueue[WorkerReport],
+    procs: Sequence[multiprocessing.process.BaseProcess],
+    system: str,
+) -> WorkerReport:
+    """The next worker's report; a worker that died without one (killed, say) fails the drain
+    at once instead of after ``DRAIN_TIMEOUT``."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    while True:
+        with contextlib.suppress(Empty):
+            return reports.get(timeout=1.0)
+        dead = [p for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            with contextlib.suppress(Empty):  # it may have reported just before it died
+                return reports.get(timeout=1.0)
+            said = ", ".join(f"pid {p.pid} exit code {p.exitcode}" for p in dead)
+            raise RuntimeError(f"{system}: a drain worker died without its report ({said})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{system}: no drain report within {DRAIN_TIMEOUT:.0f} s")
+
+
 def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[float, int]:
     barrier = ctx.Barrier(workers + 1)
     reports: MPQueue[WorkerReport] = ctx.Queue()
@@ -1472,7 +1494,7 @@ def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[
         ends: list[float] = []
         done = 0
         for _ in procs:
-            report = reports.get(timeout=DRAIN_TIMEOUT)
+            report = next_report(reports, procs, spec.system)
             if report.error:
                 raise RuntimeError(f"{spec.system} worker failed:\n{report.error}")
             ends.append(report.end)
