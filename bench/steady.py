@@ -5,6 +5,8 @@ Run it from the repository root::
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres python -m bench.steady
     python -m bench.steady                 # embedded server under .pgenough-bench/
     python -m bench.steady --quick         # smoke run: 30 s steady, 20 s sustain, a 24 s hold
+    python -m bench.steady --plot-steady docs/img/queue-steady.png \
+        --plot-held docs/img/queue-held-xmin.png   # the docs' images (nothing is drawn without)
 
 Burn-down figures flatter every queue: a backlog drained once never meets its own dead rows.
 This benchmark runs pgenough's batched worker (``ours``) and the raw SKIP LOCKED loop of
@@ -79,8 +81,10 @@ capacity drain failed runs no load phase; a sustained-capacity search stops at i
 phase). Every phase measured is printed and, with ``--json``, written, the failures listed
 at the end, and the exit status is then 1. Each phase prints its worker pids.
 
-It prints every figure and table and renders ``docs/img/queue-steady.png`` (steady phases)
-and ``docs/img/queue-held-xmin.png`` (the held-xmin runs).
+It prints every figure and table; images only when asked: ``--plot-steady PATH.png`` (the
+steady phases: backlog, n_dead_tup, table and claim index size over time) and ``--plot-held
+PATH.png`` (the held-xmin runs: claim p50, jobs/s, backlog, n_dead_tup); the docs' images are
+``docs/img/queue-steady.png`` and ``docs/img/queue-held-xmin.png``.
 """
 
 from __future__ import annotations
@@ -117,7 +121,6 @@ from bench.queue import (
     MIN_DRAIN_S,
     OURS_POOL_SIZE,
     QUEUE,
-    ROOT,
     DrainSpec,
     Server,
     enqueue_ours,
@@ -133,8 +136,6 @@ from bench.queue import (
 
 from pgenough.core import Job, NewJob, Worker, WorkerConfig, enqueue_many, open_pool, start_embedded
 from pgenough.core.db import with_database
-
-IMG_DIR = ROOT / "docs" / "img"
 
 T = TypeVar("T")
 Flag: TypeAlias = Any
@@ -826,7 +827,14 @@ def print_series(result: PhaseResult, every: int) -> None:
 def render(
     steady: dict[tuple[SteadySystem, str], PhaseResult],
     held: dict[SteadySystem, PhaseResult],
+    steady_path: Path | None,
+    held_path: Path | None,
 ) -> list[Path]:
+    """The images asked for (``--plot-steady``, ``--plot-held``); nothing without them."""
+    steady = steady if steady_path else {}
+    held = held if held_path else {}
+    if not steady and not held:
+        return []
     try:
         import matplotlib
 
@@ -835,9 +843,8 @@ def render(
     except ModuleNotFoundError:
         print("note: matplotlib missing (pip install -e '.[bench]'): no images")
         return []
-    IMG_DIR.mkdir(parents=True, exist_ok=True)
     paths = []
-    if steady:
+    if steady and steady_path:
         fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
         for (system, label), r in steady.items():
             ts = [s["t"] for s in r.samples]
@@ -857,11 +864,11 @@ def render(
         axes[-1].set_xlabel("seconds")
         fig.suptitle("Steady state at 50% and 90% of the drain capacity (autovacuum on)")
         fig.tight_layout()
-        path = IMG_DIR / "queue-steady.png"
-        fig.savefig(path, dpi=90)
+        steady_path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(steady_path, dpi=90)
         plt.close(fig)
-        paths.append(path)
-    if held:
+        paths.append(steady_path)
+    if held and held_path:
         fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
         for system, r in held.items():
             bins = per_second(r)
@@ -889,10 +896,10 @@ def render(
         axes[-1].set_xlabel("seconds (shaded: REPEATABLE READ snapshot held)")
         fig.suptitle("Ramp without and with a held xmin horizon (autovacuum on)")
         fig.tight_layout()
-        path = IMG_DIR / "queue-held-xmin.png"
-        fig.savefig(path, dpi=90)
+        held_path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(held_path, dpi=90)
         plt.close(fig)
-        paths.append(path)
+        paths.append(held_path)
     return paths
 
 
@@ -969,6 +976,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-alter-system", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--json", type=Path, default=None, help="also write a summary here")
+    parser.add_argument(
+        "--plot-steady",
+        type=Path,
+        default=None,
+        help="PNG of the steady phases over time (e.g. docs/img/queue-steady.png)",
+    )
+    parser.add_argument(
+        "--plot-held",
+        type=Path,
+        default=None,
+        help="PNG of the held-xmin runs over time (e.g. docs/img/queue-held-xmin.png)",
+    )
     # Debug: the first worker of every phase raises this many seconds after its start (to see
     # a failing phase reported and the run carry on).
     parser.add_argument("--fail-worker-after", type=float, default=None, help=argparse.SUPPRESS)
@@ -1049,8 +1068,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         server.drop_all()
 
     summary = report(run, hold)
-    for path in render(run.steady, run.held):
-        print(f"image: {path.relative_to(ROOT)}")
+    for path in render(run.steady, run.held, args.plot_steady, args.plot_held):
+        print(f"image: {path}")
     print(f"\ntotal time {time.time() - began:.0f} s")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
