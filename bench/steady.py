@@ -17,6 +17,12 @@ autovacuum ON (as users run it). If the server has it off, the benchmark turns i
 ``autovacuum_enabled`` storage parameter does nothing while the launcher is off);
 ``--no-alter-system`` refuses and stops instead. The default run is both systems, every part.
 
+Run time with the defaults, estimated (not measured): per system the capacity drain, two
+steady phases of 90 s, three to six sustain phases of 120 s and a held run of 220 s, each
+phase with its start-up and up to ``DRAIN_GRACE`` (60 s) for the workers to catch up after
+its schedule; about 25 minutes for both systems when every phase keeps up, up to about 55
+when the search runs six phases and every phase uses its catch-up. ``--quick``: about 10.
+
 Per system, in one run (each phase after a ``VACUUM ANALYZE``, from an empty queue):
 
 1. *capacity*: a backlog of ``--jobs`` no-op jobs is drained by W worker processes
