@@ -21,7 +21,7 @@ Run time with the defaults, estimated (not measured): per system the capacity dr
 steady phases of 90 s, three to six sustain phases of 120 s and a held run of 220 s, each
 phase with its start-up and up to ``DRAIN_GRACE`` (60 s) for the workers to catch up after
 its schedule; about 25 minutes for both systems when every phase keeps up, up to about 55
-when the search runs six phases and every phase uses its catch-up. ``--quick``: about 10.
+when the search runs six phases and every phase uses its catch-up. ``--quick``: 10-15 minutes.
 
 Per system, in one run (each phase after a ``VACUUM ANALYZE``, from an empty queue):
 
