@@ -26,8 +26,11 @@ Setup (untimed, except the load, whose time is printed):
    ``pgenough worker fetch --once --provider sim=<url>?version=1``, then ``pgenough worker
    process --until-idle --concurrency 2`` (as ``bench/ingest.py`` does, whose helpers this
    script imports). The simulator's plans start on days spread over 2021-2022; ~90% are
-   ever online. Then ``VACUUM ANALYZE pgenough.plans`` (the PostgreSQL 15 server here runs
-   with ``autovacuum=off``).
+   ever online. Then ``VACUUM ANALYZE pgenough.plans``. Autovacuum is on for the whole run,
+   as users run it: on a server that has it off (the PostgreSQL 15 server here runs with
+   ``autovacuum=off``) the benchmark turns it on with ``ALTER SYSTEM SET autovacuum = on``
+   and a reload and resets it at the end, as ``bench/steady.py`` does (``--no-alter-system``
+   stops instead).
 3. ``pgenough api --port P`` as its own process (one uvicorn worker, ``DATABASE_URL`` in its
    environment, every other setting at its default except ``PGENOUGH_API_CACHE_TTL=60`` so
    that the hot scenario's cached first pages outlive it). Ready when ``/health/ready``
@@ -69,16 +72,27 @@ Then the whole ranges and deep pages below, and then **during ingestion** (issue
 
 For each: ``cold@1000 alone [placement]`` (the baseline of its ratios, measured placed), then
 a new snapshot (``?version=k`` of the same ``--plans`` plans) fetched and then processed into
-the same database, three times: without pacing (``PGENOUGH_INGEST_PACING_MAX_PAUSE=0`` in the
-workers' environment), with the product's default pacing (the API publishes its bulkhead's
-pressure, the workers pause between chunks: ``src/pgenough/plans/pacing.py``), and with that
-pacing and ``PGENOUGH_INGEST_NICE=10`` (the workers lower their own priority; the bench
-renices the simulator likewise, since it stands for a provider on another machine). wrk runs
+the same database, three times (*cells*): without pacing
+(``PGENOUGH_INGEST_PACING_MAX_PAUSE=0`` in the workers' environment), with the product's
+default pacing (the API publishes its bulkhead's pressure, the workers pause between chunks:
+``src/pgenough/plans/pacing.py``), and with that pacing and ``PGENOUGH_INGEST_NICE=10`` (the
+workers lower their own priority; the bench renices the simulator likewise, since it stands
+for a provider on another machine). wrk runs
 ``cold@1000`` for the *whole* of each phase: started once the fetch's first COPY batch landed
 (or the process's first chunk is claimed) and stopped with SIGINT when the phase's process
 exits (wrk still reports everything), so the p99 and 503 share cover the phase and the
 phase's own time is measured under that load: fetch s and process s (``pgenough.runs``), and
 plans/s end to end = plans / (fetch s + process s).
+
+Order and state: every ingestion rewrites the plans, so a cell measured after others would
+meet their dead rows. Each measured cell (each ``alone`` baseline, each ingestion cell, each
+curve point and the curve's ``alone``) therefore starts on a freshly vacuumed database:
+``VACUUM (ANALYZE)`` of ``pgenough.plans``, ``plan_seen``, ``plan_failures`` and ``runs``
+just before it (its time printed; autovacuum stays on). The ``alone``
+baselines of every placement run first; then the cells run cell by cell, the placements
+taking turns at going first (rotated: no pacing shared then pinned, default pacing pinned
+then shared, pacing with nice shared then pinned), so neither placement always follows the
+other's ingestion or always meets the machine first.
 
 Then the **curve** (``--skip-curve`` leaves it out; ``--plot-search PNG`` draws it):
 ``/search`` p99 and 503 share at 1,000 cold/s against the fetch's rate, shared placement.
@@ -159,6 +173,7 @@ from bench.ingest import (
     server_facts,
     up,
 )
+from bench.steady import autovacuum_on
 
 from pgenough.api.search import Q as SEARCH_Q
 from pgenough.api.search import SearchQuery, fetch_page
@@ -868,9 +883,9 @@ def during_ingestion(
     alone: dict[str, Result] = {}
     cells: list[Cell] = []
     version = 2
-    for placement in placements():
-        if only is not None and placement.name not in only:
-            continue
+    order = [p for p in placements() if only is None or p.name in only]
+    for placement in order:
+        vacuum_plans(url)
         pin(api.proc.pid, placement.api)
         r = run_wrk(
             api,
@@ -884,7 +899,12 @@ def during_ingestion(
         )
         show(r)
         alone[placement.name] = r
-        for max_pause, nice in CELLS[:cells_per_placement]:
+    for i, (max_pause, nice) in enumerate(CELLS[:cells_per_placement]):
+        # Placements take turns going first (rotated per cell), each cell on a freshly
+        # vacuumed database: no placement inherits the others' dead rows or goes first always.
+        turn = order[i % len(order) :] + order[: i % len(order)] if order else []
+        for placement in turn:
+            vacuum_plans(url)
             cells.append(
                 retried(
                     f"v{version}",
@@ -896,11 +916,25 @@ def during_ingestion(
     return alone, cells
 
 
+PLANS_TABLES = ("pgenough.plans", "pgenough.plan_seen", "pgenough.plan_failures", "pgenough.runs")
+"""What ingestion writes (besides its staging tables, dropped after each run)."""
+
+
+def vacuum_plans(url: str) -> None:
+    """``VACUUM (ANALYZE)`` of the plans tables before a measured cell: each starts without
+    the dead rows of the ingestions before it, with fresh statistics (autovacuum stays on)."""
+    t0 = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"VACUUM (ANALYZE) {', '.join(PLANS_TABLES)}")
+    print(f"  (VACUUM (ANALYZE) of the plans tables: {time.perf_counter() - t0:.1f} s)", flush=True)
+
+
 def search_curve(api: Api, url: str, plans: int, duration: int, tmp: Path) -> list[Point]:
     points = []
     seed = 40
     for series, pauses in CURVE:
         for max_pause in pauses:
+            vacuum_plans(url)
             points.append(
                 retried(
                     f"{series} {max_pause:g}s",
@@ -1179,6 +1213,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="embedded server")
     parser.add_argument(
+        "--no-alter-system",
+        action="store_true",
+        help="stop if the server has autovacuum off instead of turning it on for the run",
+    )
+    parser.add_argument(
         "--skip-curve", action="store_true", help="leave out the p99 vs fetch rate curve"
     )
     parser.add_argument(
@@ -1233,72 +1272,75 @@ def main(argv: Sequence[str] | None = None) -> None:
         f" worker, defaults except PGENOUGH_API_CACHE_TTL={CACHE_TTL}",
         flush=True,
     )
-    name = f"pgenough_bench_api_{uuid.uuid4().hex[:8]}"
-    create_database(server.admin_url, name)
-    db_url = with_database(server.admin_url, name)
-    api: Api | None = None
-    with tempfile.TemporaryDirectory(prefix="pgenough-bench-api-", dir="/tmp") as tmp_name:
-        tmp = Path(tmp_name)
-        try:
-            asyncio.run(migrate_database(db_url))
-            load(db_url, args.plans, tmp)
-            with (tmp / "api.log").open("ab") as api_log:
-                api = Api(db_url, api_log, tmp)
-                print(f"api: {api.base} (pid {api.proc.pid})\n\nscenarios:", flush=True)
-                by: dict[str, Result] = {}
-                for rname, kind, seed, rate in (
-                    ("trivial", "trivial", 0, None),
-                    ("hot", "hot", 0, None),
-                    ("cold", "cold", 1, None),
-                    ("cold@1000", "cold", 2, FIXED_RATE),
-                ):
-                    by[rname] = run_wrk(api, rname, kind, args.duration, tmp, seed, rate)
-                    show(by[rname])
-                print("\nwhole ranges without limit (streamed):", flush=True)
-                streamed = streamed_ranges(api, db_url)
-                print(f"\ndeep pages (limit={PAGE}):", flush=True)
-                for r in deep_pages(api, args.duration, tmp, streamed[1].events):
-                    by[r.name] = r
-                summary(by, streamed)
-                if not args.skip_ingestion:
-                    print("\nduring ingestion (cold@1000 for each whole phase):", flush=True)
-                    alone, cells = during_ingestion(
-                        api,
-                        db_url,
-                        args.plans,
-                        tmp,
-                        args.duration,
-                        frozenset(args.placements.split(",")) if args.placements else None,
-                        args.cells,
-                    )
-                    ingestion_summary(alone, cells)
-                if not args.skip_curve:
+    with autovacuum_on(server.admin_url, not args.no_alter_system):
+        name = f"pgenough_bench_api_{uuid.uuid4().hex[:8]}"
+        create_database(server.admin_url, name)
+        db_url = with_database(server.admin_url, name)
+        api: Api | None = None
+        with tempfile.TemporaryDirectory(prefix="pgenough-bench-api-", dir="/tmp") as tmp_name:
+            tmp = Path(tmp_name)
+            try:
+                asyncio.run(migrate_database(db_url))
+                load(db_url, args.plans, tmp)
+                with (tmp / "api.log").open("ab") as api_log:
+                    api = Api(db_url, api_log, tmp)
+                    print(f"api: {api.base} (pid {api.proc.pid})\n\nscenarios:", flush=True)
+                    by: dict[str, Result] = {}
+                    for rname, kind, seed, rate in (
+                        ("trivial", "trivial", 0, None),
+                        ("hot", "hot", 0, None),
+                        ("cold", "cold", 1, None),
+                        ("cold@1000", "cold", 2, FIXED_RATE),
+                    ):
+                        by[rname] = run_wrk(api, rname, kind, args.duration, tmp, seed, rate)
+                        show(by[rname])
+                    print("\nwhole ranges without limit (streamed):", flush=True)
+                    streamed = streamed_ranges(api, db_url)
+                    print(f"\ndeep pages (limit={PAGE}):", flush=True)
+                    for r in deep_pages(api, args.duration, tmp, streamed[1].events):
+                        by[r.name] = r
+                    summary(by, streamed)
+                    if not args.skip_ingestion:
+                        print("\nduring ingestion (cold@1000 for each whole phase):", flush=True)
+                        alone, cells = during_ingestion(
+                            api,
+                            db_url,
+                            args.plans,
+                            tmp,
+                            args.duration,
+                            frozenset(args.placements.split(",")) if args.placements else None,
+                            args.cells,
+                        )
+                        ingestion_summary(alone, cells)
+                    if not args.skip_curve:
+                        print(
+                            f"\n/search p99 vs fetch rate (cold@1000, {args.duration} s windows,"
+                            " shared placement):",
+                            flush=True,
+                        )
+                        points = search_curve(api, db_url, args.plans, args.duration, tmp)
+                        vacuum_plans(db_url)
+                        alone_now = run_wrk(
+                            api, "cold@1000 alone", "cold", args.duration, tmp, 7, FIXED_RATE
+                        )
+                        show(alone_now)
+                        if args.plot_search:
+                            plot_search(args.plot_search, alone_now, points, args.plans)
+            except BaseException:
+                for log in sorted(tmp.glob("*.log")):
+                    print(f"--- {log.name} (tail)", file=sys.stderr)
                     print(
-                        f"\n/search p99 vs fetch rate (cold@1000, {args.duration} s windows,"
-                        " shared placement):",
-                        flush=True,
+                        "\n".join(log.read_text(errors="replace").splitlines()[-20:]),
+                        file=sys.stderr,
                     )
-                    points = search_curve(api, db_url, args.plans, args.duration, tmp)
-                    alone_now = run_wrk(
-                        api, "cold@1000 alone", "cold", args.duration, tmp, 7, FIXED_RATE
-                    )
-                    show(alone_now)
-                    if args.plot_search:
-                        plot_search(args.plot_search, alone_now, points, args.plans)
-        except BaseException:
-            for log in sorted(tmp.glob("*.log")):
-                print(f"--- {log.name} (tail)", file=sys.stderr)
-                print(
-                    "\n".join(log.read_text(errors="replace").splitlines()[-20:]), file=sys.stderr
-                )
-            raise
-        finally:
-            if api is not None:
-                api.stop()
-            if args.keep:
-                print(f"kept database {name}")
-            else:
-                drop_database(server.admin_url, name)
+                raise
+            finally:
+                if api is not None:
+                    api.stop()
+                if args.keep:
+                    print(f"kept database {name}")
+                else:
+                    drop_database(server.admin_url, name)
     print("load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 

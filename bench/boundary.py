@@ -10,11 +10,14 @@ Run it from the repository root::
 
 With ``DATABASE_URL`` it creates a fresh database per sub-benchmark (and per mode) on that
 server and drops it at the end; without it, it starts (or reuses) the embedded server in
-``.pgenough-bench/``. The server's settings are printed first. Each sub-benchmark renders a
-PNG into ``docs/img/`` (matplotlib, Agg) and prints a table; ``--json FILE`` saves everything.
+``.pgenough-bench/``. The server's settings are printed first. Each sub-benchmark prints a
+table and, when asked, renders a PNG (matplotlib, Agg): ``--plot-fanout PATH.png``,
+``--plot-connections PATH.png`` (the docs' are ``docs/img/boundary-fanout.png`` and
+``docs/img/boundary-connections.png``; nothing is drawn without them); ``--json FILE`` saves
+everything, and ``--replot FILE`` with those options draws the images again from it.
 
-fanout (``docs/img/boundary-fanout.png``)
------------------------------------------
+fanout (``--plot-fanout``; the docs' ``docs/img/boundary-fanout.png``)
+-----------------------------------------------------------------------
 
 One publisher, S subscribers (S = 1, 2, 4, 8, 16, 32, 64), every subscriber on its own
 connection, as users would deploy them. The subscribers are spread over ``min(S, 4)`` processes
@@ -38,8 +41,8 @@ publisher alone. Every subscriber must get every message exactly once: losses an
 counted and printed (a subscriber stops after the last message or ``IDLE_S`` seconds without
 one), never hidden.
 
-connections (``docs/img/boundary-connections.png``)
--------------------------------------------------
+connections (``--plot-connections``; the docs' ``docs/img/boundary-connections.png``)
+------------------------------------------------------------------------------------
 
 W = 1, 2, 4, 8, 16 worker processes, each the command a user deploys: ``python -m pgenough
 worker run bench._boundary_tasks:app`` (a no-op task on queue ``boundary``, default settings:
@@ -101,7 +104,6 @@ from pgenough.core import Gap, migrate, publish, start_embedded, subscribe
 from pgenough.core.db import with_database
 
 ROOT = Path(__file__).resolve().parents[1]
-IMG = ROOT / "docs" / "img"
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
 
 CHANNEL = "boundary_fanout"
@@ -1179,10 +1181,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=10.0,
         help="before each measurement, wait up to this many seconds for an idle machine",
     )
-    parser.add_argument("--img-dir", type=Path, default=IMG, help="where the PNGs go")
+    parser.add_argument(
+        "--plot-fanout",
+        type=Path,
+        default=None,
+        help="PNG of the fan-out (e.g. docs/img/boundary-fanout.png); none without it",
+    )
+    parser.add_argument(
+        "--plot-connections",
+        type=Path,
+        default=None,
+        help="PNG of connections vs workers (e.g. docs/img/boundary-connections.png)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument(
-        "--replot", type=Path, default=None, help="only render the images from a --json file"
+        "--replot",
+        type=Path,
+        default=None,
+        help="only render the images asked for (--plot-*) from a --json file",
     )
     return parser.parse_args(argv)
 
@@ -1202,26 +1218,28 @@ def open_server(data_dir: Path) -> Iterator[Server]:
         server.drop_all()
 
 
-def replot(path: Path, img_dir: Path) -> None:
-    """Render the images again from a ``--json`` file, without measuring anything."""
+def replot(path: Path, fanout_png: Path | None, connections_png: Path | None) -> None:
+    """Render the images asked for again from a ``--json`` file, without measuring anything."""
+    if not fanout_png and not connections_png:
+        sys.exit("--replot draws what --plot-fanout / --plot-connections name: give one")
     saved = json.loads(path.read_text())
     note = saved.get("note", "")
     fanout_fields = {f.name for f in fields(FanoutPoint)}
     conn_fields = {f.name for f in fields(ConnPoint)}
-    if "fanout" in saved:
+    if "fanout" in saved and fanout_png:
         points = [
             FanoutPoint(**{k: v for k, v in p.items() if k in fanout_fields})
             for p in saved["fanout"]["points"]
         ]
-        plot_fanout(points, img_dir / "boundary-fanout.png", note)
-    if "connections" in saved:
+        plot_fanout(points, fanout_png, note)
+    if "connections" in saved and connections_png:
         cpoints = [
             ConnPoint(**{k: v for k, v in p.items() if k in conn_fields})
             for p in saved["connections"]["points"]
         ]
         plot_connections(
             cpoints,
-            img_dir / "boundary-connections.png",
+            connections_png,
             int(saved["settings"]["max_connections"]),
             int(saved["connections"].get("pool_size", 8)),
             note,
@@ -1231,7 +1249,7 @@ def replot(path: Path, img_dir: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     if args.replot:
-        replot(args.replot, args.img_dir)
+        replot(args.replot, args.plot_fanout, args.plot_connections)
         return
     which = args.which or list(SUBBENCHMARKS)
     unknown = set(which) - set(SUBBENCHMARKS)
@@ -1258,7 +1276,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             began = time.perf_counter()
             points = fanout(server, subscribers, messages, seconds, args.quiet_wait)
             report_fanout(points)
-            plot_fanout(points, args.img_dir / "boundary-fanout.png", note)
+            if args.plot_fanout:
+                plot_fanout(points, args.plot_fanout, note)
             took = time.perf_counter() - began
             print(f"fanout took {took:.0f} s\n")
             results["fanout"] = {
@@ -1280,13 +1299,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 server, workers, jobs, args.pool_size, args.quiet_wait
             )
             report_connections(cpoints, checks, server.settings["max_connections"])
-            plot_connections(
-                cpoints,
-                args.img_dir / "boundary-connections.png",
-                int(server.settings["max_connections"]),
-                args.pool_size,
-                note,
-            )
+            if args.plot_connections:
+                plot_connections(
+                    cpoints,
+                    args.plot_connections,
+                    int(server.settings["max_connections"]),
+                    args.pool_size,
+                    note,
+                )
             took = time.perf_counter() - began
             print(f"connections took {took:.0f} s")
             results["connections"] = {

@@ -59,8 +59,12 @@ Figures of the end-to-end step:
 Display: rates and ratios are truncated, memory figures and growth rounded up (never in the
 flattering direction); times are to the nearest millisecond.
 
-Targets printed at the end: e2e >= 25,000 plans/s at 1M; e2e >= 0.6 x the parse-only ceiling;
-the fetch worker's peak RSS <= 150 MiB at 1M and within 1.25 x of the 10k figure.
+Target printed at the end, as docs/benchmarks.md states it (issue 13 §3): ">= 40,000 plans/s
+end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a partial snapshot still never
+data", each part with met / NOT met and its figure (the RSS at every size measured besides 10k;
+the last part is not measured here: the plans tests check it). Then the earlier targets (issue
+10): e2e >= 25,000 plans/s at 1M; e2e >= 0.6 x the parse-only ceiling; the fetch worker's peak
+RSS <= 150 MiB at 1M.
 """
 
 from __future__ import annotations
@@ -109,12 +113,19 @@ CEILING_RUN_ID = 1_000_000_000  # staging tables of the COPY ceiling: far from r
 SIM_START_TIMEOUT = 60.0
 CLAIM_POLL = 0.02
 
-TARGET_E2E = 25_000.0
+TARGET = (
+    ">= 40,000 plans/s end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a "
+    "partial snapshot still never data"
+)
+"""The ingestion target as docs/benchmarks.md states it (issue 13 §3), word for word."""
+TARGET_E2E = 40_000.0
 TARGET_E2E_SIZE = 1_000_000
-TARGET_PARSE_RATIO = 0.6
-TARGET_RSS_MIB = 150.0
 TARGET_RSS_GROWTH = 1.25
 RSS_BASE_SIZE = 10_000
+EARLIER_E2E = 25_000.0
+"""The earlier targets (issue 10, docs/benchmarks-ingest.md), still printed after it."""
+TARGET_PARSE_RATIO = 0.6
+TARGET_RSS_MIB = 150.0
 
 
 # --- results ----------------------------------------------------------------------------------
@@ -772,15 +783,40 @@ def print_summary(results: list[SizeResult]) -> bool:
             f" {down(r.e2e_rate / c.parse.rate(c.plans_seen), 3):>9} {up(r.rss_mib):>8}"
         )
     by_size = {r.plans: r for r in results if r.runs}
-    print("\nTargets")
     big = by_size.get(TARGET_E2E_SIZE)
+    base = by_size.get(RSS_BASE_SIZE)
+    print(f"\nTarget (docs/benchmarks.md): {TARGET}")
     if big is None:
-        print(f"  e2e >= {TARGET_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}: not measured")
+        print(f"  >= {TARGET_E2E:,.0f} plans/s end to end at 1M plans: not measured")
+    else:
+        _target(
+            f">= {TARGET_E2E:,.0f} plans/s end to end at 1M plans",
+            big.e2e_rate >= TARGET_E2E,
+            f"{down(big.e2e_rate)} plans/s",
+        )
+    if base is None or not any(r.runs and r.plans != RSS_BASE_SIZE for r in results):
+        print(f"  peak fetch RSS <= {TARGET_RSS_GROWTH}x the 10k figure: not measured")
+    else:
+        for r in results:
+            if r.runs and r.plans != RSS_BASE_SIZE:
+                growth = r.rss_mib / base.rss_mib
+                _target(
+                    f"peak fetch RSS <= {TARGET_RSS_GROWTH}x the 10k figure, at {r.plans:,}",
+                    growth <= TARGET_RSS_GROWTH,
+                    f"{up(growth, 3)}x: {up(r.rss_mib)} / {up(base.rss_mib)} MiB",
+                )
+    print(
+        "  a partial snapshot still never data: not measured by this benchmark (the plans"
+        " tests check it, e.g. tests/plans/test_pipeline.py)"
+    )
+    print("Earlier targets (issue 10, docs/benchmarks-ingest.md)")
+    if big is None:
+        print(f"  e2e >= {EARLIER_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}: not measured")
         print(f"  fetch RSS <= {TARGET_RSS_MIB:.0f} MiB at {TARGET_E2E_SIZE:,}: not measured")
     else:
         _target(
-            f"e2e >= {TARGET_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}",
-            big.e2e_rate >= TARGET_E2E,
+            f"e2e >= {EARLIER_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}",
+            big.e2e_rate >= EARLIER_E2E,
             f"{down(big.e2e_rate)} plans/s",
         )
         _target(
@@ -796,18 +832,6 @@ def print_summary(results: list[SizeResult]) -> bool:
                 ratio >= TARGET_PARSE_RATIO,
                 down(ratio, 3),
             )
-    base = by_size.get(RSS_BASE_SIZE)
-    if base is None:
-        print(f"  fetch RSS within {TARGET_RSS_GROWTH} x of {RSS_BASE_SIZE:,}: not measured")
-    else:
-        for r in results:
-            if r.runs and r.plans != RSS_BASE_SIZE:
-                growth = r.rss_mib / base.rss_mib
-                _target(
-                    f"fetch RSS at {r.plans:,} within {TARGET_RSS_GROWTH} x of {RSS_BASE_SIZE:,}",
-                    growth <= TARGET_RSS_GROWTH,
-                    f"{up(growth, 3)} x ({up(r.rss_mib)} / {up(base.rss_mib)} MiB)",
-                )
     return all(not r.problems and r.runs for r in results)
 
 

@@ -9,9 +9,9 @@ Run it from the repository root::
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres python -m bench.queue
     python -m bench.queue                          # embedded server under .pgenough-bench/
     python -m bench.queue --quick --skip-peers     # smoke run: 2,000 jobs, fewer configurations
-    python -m bench.queue --systems ours,raw,graphile,nats,rabbitmq --batches 100 --repeat 2
+    python -m bench.queue --systems ours,raw,graphile,nats,rabbitmq --batches 100
     python -m bench.queue --workers 1,2,4,8,16 --batches 100 --systems ours,raw,nats,rabbitmq \
-        --repeat 2 --no-latency --plot docs/img/boundary-drain.png   # issue 13 §5's curve
+        --no-latency --plot docs/img/boundary-drain.png   # issue 13 §5's curve
 
 (``python bench/queue.py`` works too.) With ``DATABASE_URL`` the benchmark creates one fresh
 database per PostgreSQL system on that server and drops them at the end; without it, it starts
@@ -23,22 +23,26 @@ here (a Python package or node missing, a broker not answering) is printed as ``
 <system> (<why>)`` and left out; nothing stands in for it.
 
 Options: ``--systems`` (comma-separated: ``raw``, ``ours-batched``, ``ours-tx``,
-``ours-batch-tx``, ``pgqueuer``, ``procrastinate``, ``graphile``, ``nats``, ``rabbitmq``, or the
-groups ``ours`` = the three modes of ours, ``peers`` = PgQueuer + Procrastinate +
-graphile-worker, ``brokers``, ``all``; default all; Procrastinate takes minutes, leave it out
+``ours-batch-tx``, ``pgqueuer``, ``procrastinate``, ``graphile``, ``nats``, ``nats-ackall``,
+``rabbitmq``, ``rabbitmq-multi``, or the groups ``ours`` = the three modes of ours, ``peers`` =
+PgQueuer + Procrastinate + graphile-worker, ``brokers`` = the four broker forms, ``all``;
+default all; Procrastinate takes minutes, leave it out
 with e.g. ``--systems ours,raw,pgqueuer,graphile,brokers``); ``--workers 1,2,4`` (processes per
-drain); ``--batches 1,100``; ``--repeat R``; ``--plot PATH.png``; ``--skip-peers`` (ours and raw
-only); ``--quick`` (2,000 jobs, workers 1 and 4, 50 latency samples).
+drain); ``--batches 1,100``; ``--jobs N`` (every cell's first size, default 20,000);
+``--min-drain S`` (default 2); ``--repeat R`` (counted drains per cell, default 3);
+``--plot PATH.png``; ``--skip-peers`` (ours and raw only); ``--quick`` (2,000 jobs, drains of
+at least 0.5 s, one round, workers 1 and 4, 50 latency samples).
 
-Run time on a quiet machine of this kind (2 cores), estimated from per-drain times: the default
-run (all systems, 20,000 jobs, workers 1/2/4, batches 1 and 100, one round) about 9 minutes,
-Procrastinate's drains about 2 of them; without Procrastinate about 7; each further
-``--repeat`` round adds about as much; the sweep above about 8 minutes; ``--quick`` about 2.
+Run time on a quiet machine of this kind (2 cores), estimated (not measured) from the per-drain
+times of the one-round runs this replaced (9 minutes for 20,000 jobs per drain, one drain per
+cell): the default run (all systems, workers 1/2/4, batches 1 and 100, three counted drains of
+at least 2 s per cell, plus a first too-short one per fast cell) about 30 minutes, of which
+Procrastinate's drains are about 6; the sweep above about 25; ``--quick`` about 2.
 
 What each figure means
 ----------------------
 
-*drain jobs/s* - ``--jobs`` no-op jobs (default 20,000) are loaded with the system's own bulk
+*drain jobs/s* - N no-op jobs are loaded with the system's own bulk
 API (``enqueue_many``, i.e. COPY, for pgenough; timed and printed as the *enqueue rate*); then
 ``VACUUM ANALYZE`` and ``CHECKPOINT`` run so every drain starts from the same state, and W
 worker processes (``multiprocessing`` with ``spawn``; each has its own connections) start,
@@ -46,6 +50,19 @@ connect, and wait on a barrier. The clock starts when the barrier opens and stop
 worker's end of drain (each worker reports ``time.time()`` when it has nothing left to do and
 its completions are committed); the table is then checked to hold no runnable job and the
 handlers' count to equal the jobs loaded. Process start-up is not measured.
+
+*Drains of at least 2 s, median of 3* - a drain of tenths of a second measures start-up and
+noise, not a rate. Each cell (system, workers, batch) starts at ``--jobs`` jobs (default
+20,000); a drain shorter than ``--min-drain`` (``MIN_DRAIN_S`` = 2 s) is printed as *not
+counted* and the cell grows to what ``SIZE_MARGIN`` (1.25) times that minimum takes at the
+short drain's rate (at least twice as many jobs, in thousands, at most ``MAX_JOBS`` =
+1,000,000), then drains again, up to ``MAX_SIZINGS`` = 4 times per round (a drain still short
+after them is counted and marked SHORT). So the fast cells (batch 100 above all) load more
+jobs, found by their own first quick drain, and every counted drain lasts at least 2 s. The
+cell keeps its size in later rounds. ``--repeat`` rounds (default ``DRAINS`` = 3) each count
+one drain per cell, the rounds interleaving the systems; the tables report per cell the jobs
+loaded, the median drain rate with its drain's seconds (of an even count: the mean of the
+middle two, and the slower one's seconds), and every counted drain (jobs/s and seconds).
 
 Connections: each drain's processes together stay under what the server has free just
 before it (``max_connections`` less the superuser reserve, the client connections already
@@ -71,10 +88,13 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   ``DELETE FROM raw_jobs WHERE id IN (SELECT id FROM raw_jobs WHERE queue = 'default' AND
   state = 'ready' AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT B FOR UPDATE
   SKIP LOCKED) RETURNING <the columns a handler sees>`` and calling a no-op function per row,
-  until a DELETE returns nothing. ``raw_jobs`` has the columns of ``pgenough.jobs`` and the
-  same claim index ``(queue, priority DESC, run_at, id) WHERE state = 'ready'``. A job is
-  deleted when it is taken: no lease, no retry, at-most-once - nothing a real queue can do
-  with fewer statements.
+  until a DELETE returns nothing. The DELETE is sent unprepared (``prepare=False``): planned
+  each time with its values and the table's size, so always on the claim index; a cached
+  generic plan could be a nested-loop semi join over seq scans, O(rows²) per claim, as a
+  statement psycopg prepares after 5 runs may get (``RAW_TAKE_PREPARE``). ``raw_jobs`` has
+  the columns of ``pgenough.jobs`` and the same claim index ``(queue, priority DESC, run_at,
+  id) WHERE state = 'ready'``. A job is deleted when it is taken: no lease, no retry,
+  at-most-once - nothing a real queue can do with fewer statements.
 - ``pgqueuer``: PgQueuer with its fastest documented setup (its ``tools/benchmark.py``): the
   asyncpg driver on one connection, ``uvloop``, ``PgQueuer.run(batch_size=B,
   mode=QueueExecutionMode.drain)``; default (durable, logged) tables. Batch sizes 10 and 100.
@@ -111,6 +131,13 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   when a request finds nothing; then flushes its connection. Checked afterwards: the consumer
   has nothing pending and nothing ack-pending, the stream holds no message (waiting up to 5 s
   for acks to be applied), and the handlers ran N times.
+- ``nats-ackall``: the same with the batch-acknowledge form, at batches above 1 only: the
+  consumer has ``AckPolicy.ALL``, and a worker handles every message of a pulled batch, then
+  acks only its last one, which acks every message of the consumer up to that stream
+  sequence. One ack per batch instead of B; but with several workers on the consumer, one
+  worker's ack also acks what another holds and has not handled yet (a crash would lose it:
+  at-most-once for those). The same checks afterwards: nothing pending or ack-pending, the
+  stream empty, the handlers ran N times.
 - ``rabbitmq``: RabbitMQ through aiormq (the AMQP client aio-pika is built on, used directly so
   that a message costs the protocol's work and not aio-pika's wrapper objects too). Per drain a
   fresh durable classic queue; loading: N persistent messages (``delivery_mode=2``) on a channel
@@ -120,6 +147,12 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   acks) and stops when nothing is ready and it holds nothing (waiting ``RABBITMQ_IDLE_POLL`` =
   10 ms between asks). Checked afterwards, once every worker's connection is closed (which would
   return unacked messages): no message ready, handlers ran N times.
+- ``rabbitmq-multi``: the same with the batch-acknowledge form, at batches above 1 only:
+  ``prefetch_count=B``, and one ``basic.ack(multiple=True)`` on the delivery tag of the last
+  delivery of each batch: once B deliveries are handled (the whole prefetch window, so the
+  broker sends the next B after it), or, holding fewer, once nothing more is delivered for
+  ``RABBITMQ_IDLE_POLL`` (the queue's tail); the worker acks what it holds before it asks the
+  queue. The same checks afterwards.
 - The brokers' clients run with plain asyncio; PgQueuer gets uvloop (its documented setup), and
   ours runs on the event loop ``pgenough worker`` runs on by default (``pgenough.eventloop``:
   uvloop when it is installed, which the ``service`` extra does), as a deployment runs it.
@@ -150,18 +183,21 @@ dispatch). Ours runs with its defaults (``concurrency=10, batch_size=10``) and n
 PgQueuer with ``batch_size=10`` under uvloop, Procrastinate with the concurrency of its drain
 runs.
 
-*ratios and targets* - per (workers, batch): ``ours/raw`` for each mode, batched/PgQueuer,
-batch-tx/batched, batched/graphile-worker (at batch 100), batched/NATS and batched/RabbitMQ;
-latency ``ours/pgqueuer`` at p50 and p99. Then issue 13's targets, on the batched mode: at
-batch 100 >= 1.5x graphile-worker and >= 0.6x raw at every worker count measured (the issue
-names 1, 2 and 4), ahead of NATS JetStream at every worker count and batch size measured; at
-batch 1 >= 0.8x raw; batch-transactional >= 0.5x batched at batch 100; latency p50 <= 0.75x
+*ratios and targets* - ratios of the cells' median rates, per (workers, batch): ``ours/raw``
+for each mode, batched/PgQueuer, batch-tx/batched, batched/graphile-worker (at batch 100),
+batched against each broker form (``nats``, ``nats-ackall``, ``rabbitmq``,
+``rabbitmq-multi``); latency ``ours/pgqueuer`` at p50 and p99. Then issue 13's targets, on
+the batched mode: at batch 100 >= 1.5x graphile-worker and >= 0.6x raw at every worker count
+measured (the issue names 1, 2 and 4), ahead of NATS JetStream (``nats``, per-message acks,
+as the issue measured it) at every worker count and batch size measured; at batch 1 >= 0.8x
+raw; batch-transactional >= 0.5x batched at batch 100; latency p50 <= 0.75x
 PgQueuer's and p99 <= PgQueuer's. Every figure of a ratio comes from the same run; on a small
 noisy machine compare ratios, not absolute rates across runs.
 
 *plot* - ``--plot PATH.png`` draws drain jobs/s against worker processes (log2 axis) at batch
 100 (prefetch 100 for RabbitMQ; graphile-worker's one run per worker count), one line per
-system, the best round per point (matplotlib, Agg backend).
+system, the median of the counted drains per point (matplotlib, Agg backend). Nothing is
+written without it.
 
 *busy* - the machine's CPU busy fraction in the half second before a measurement. Before each
 one the benchmark waits (up to ``--quiet-wait`` seconds) for it to drop under ``QUIET_BUSY``:
@@ -169,7 +205,7 @@ on a shared machine another process's load would be counted against whoever runs
 moment. A figure taken on a machine that did not quieten down is marked ``NOISY``.
 
 ``--repeat R`` runs the whole throughput matrix R times (rounds interleave the systems) and
-reports, for each configuration, the best round and all rounds. ``--json FILE`` saves
+reports, for each configuration, the median and every counted drain. ``--json FILE`` saves
 everything.
 """
 
@@ -206,6 +242,7 @@ from multiprocessing.context import SpawnContext
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.synchronize import Barrier
 from multiprocessing.synchronize import Event as MPEvent
+from queue import Empty
 from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import quote
 
@@ -255,7 +292,9 @@ System: TypeAlias = Literal[
     "procrastinate",
     "graphile",
     "nats",
+    "nats-ackall",
     "rabbitmq",
+    "rabbitmq-multi",
 ]
 OURS: tuple[System, ...] = ("ours-batched", "ours-tx", "ours-batch-tx")
 ALL_SYSTEMS: tuple[System, ...] = (
@@ -265,18 +304,23 @@ ALL_SYSTEMS: tuple[System, ...] = (
     "procrastinate",
     "graphile",
     "nats",
+    "nats-ackall",
     "rabbitmq",
+    "rabbitmq-multi",
 )
 SYSTEM_ALIASES: dict[str, tuple[System, ...]] = {
     "ours": OURS,
     "peers": ("pgqueuer", "procrastinate", "graphile"),
-    "brokers": ("nats", "rabbitmq"),
+    "brokers": ("nats", "nats-ackall", "rabbitmq", "rabbitmq-multi"),
     "all": ALL_SYSTEMS,
 }
 """``--systems`` names beside the systems' own."""
 UNBATCHED: tuple[System, ...] = ("procrastinate", "graphile")
 """Systems without a batch size of ours to match: run once per worker count (key batch 0)."""
-BROKERS: tuple[System, ...] = ("nats", "rabbitmq")
+BROKERS: tuple[System, ...] = ("nats", "nats-ackall", "rabbitmq", "rabbitmq-multi")
+BATCH_ACKS: tuple[System, ...] = ("nats-ackall", "rabbitmq-multi")
+"""The brokers' batch-acknowledge forms: one ack per batch, so run only at batches above 1."""
+NATS_SYSTEMS: tuple[System, ...] = ("nats", "nats-ackall")
 REFERENCE_BATCH = 100
 """The batch size of the targets, the peers' comparison and the plot."""
 
@@ -294,6 +338,17 @@ RABBITMQ_IDLE_POLL = 0.010
 """A RabbitMQ worker with nothing delivered re-checks the queue after this long (seconds)."""
 CONNECTION_MARGIN = 10
 """Connections left free for the benchmark itself and other clients of the server."""
+MIN_DRAIN_S = 2.0
+"""A drain shorter than this is not counted: its cell is re-sized and drained again."""
+SIZE_MARGIN = 1.25
+"""A re-sized cell loads enough jobs for this many times the minimum (2.5 s of the default 2 s)
+at the short drain's rate."""
+MAX_SIZINGS = 4
+"""Re-sizings per cell and round; a drain still short after them is counted, marked SHORT."""
+MAX_JOBS = 1_000_000
+"""The most jobs a cell is grown to."""
+DRAINS = 3
+"""Counted drains per cell (rounds of the matrix) by default; the median is reported."""
 LatencySystem: TypeAlias = Literal["ours", "pgqueuer", "procrastinate"]
 
 SERVER_SETTINGS = (
@@ -352,6 +407,20 @@ WHERE id IN (
 )
 RETURNING id, queue, kind, payload, priority, attempts, max_attempts, run_at, created_at
 """
+RAW_TAKE_PREPARE = False
+"""``prepare=`` of every ``RAW_TAKE``: never prepared server-side. psycopg prepares a statement
+after 5 executions, and PostgreSQL may then cache a *generic* plan, built for no particular
+values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans, O(rows²)
+per claim (claims ran for minutes in steady state; forced generic, one claim on 20,000 rows
+took 33 s and, rescanning the SKIP LOCKED subquery per outer row, deleted all 20,000). Sent
+unprepared, it is planned each time with its values and the table's current size: the claim
+index. The product's claim does the same."""
+
+
+def raw_take(conn: psycopg.Connection[Any], batch: int) -> list[tuple[Any, ...]]:
+    """One claim of the raw loop: up to ``batch`` jobs deleted and returned."""
+    params = {"queue": QUEUE, "limit": batch}
+    return conn.execute(RAW_TAKE, params, prepare=RAW_TAKE_PREPARE).fetchall()
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -359,26 +428,42 @@ RETURNING id, queue, kind, payload, priority, attempts, max_attempts, run_at, cr
 
 @dataclass
 class DrainResult:
+    """The counted drains of one (system, workers, batch) cell, one per round."""
+
     system: System
     workers: int
     batch: int
-    jobs: int
+    jobs: list[int] = field(default_factory=list)
+    """Jobs loaded and drained, per counted drain (the cell's size when it ran)."""
     enqueue_s: list[float] = field(default_factory=list)
     drain_s: list[float] = field(default_factory=list)
     busy_before: list[float | None] = field(default_factory=list)
     """The machine's CPU busy fraction just before each drain (other processes' load)."""
-
-    @property
-    def best_rate(self) -> float:
-        return self.jobs / min(self.drain_s)
+    short: list[bool] = field(default_factory=list)
+    """Counted although under the minimum (it stayed short after ``MAX_SIZINGS`` re-sizings)."""
 
     @property
     def rates(self) -> list[float]:
-        return [self.jobs / s for s in self.drain_s]
+        return [n / s for n, s in zip(self.jobs, self.drain_s, strict=True)]
+
+    @property
+    def median_index(self) -> int:
+        """The drain whose rate is the median (the lower middle one of an even count)."""
+        order = sorted(range(len(self.rates)), key=self.rates.__getitem__)
+        return order[(len(order) - 1) // 2]
+
+    @property
+    def median_rate(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def median_drain_s(self) -> float:
+        """The seconds of the median drain (of the lower middle one of an even count)."""
+        return self.drain_s[self.median_index]
 
     @property
     def enqueue_rate(self) -> float:
-        return self.jobs / min(self.enqueue_s)
+        return max(n / s for n, s in zip(self.jobs, self.enqueue_s, strict=True))
 
 
 @dataclass
@@ -628,8 +713,7 @@ def drain_raw(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
     with psycopg.connect(spec.url, autocommit=True) as conn:
         conn.execute("SELECT 1")
         barrier.wait(BARRIER_TIMEOUT)
-        params = {"queue": QUEUE, "limit": spec.batch}
-        while rows := conn.execute(RAW_TAKE, params).fetchall():
+        while rows := raw_take(conn, spec.batch):
             for row in rows:
                 _raw_handler(row)
             done += len(rows)
@@ -898,12 +982,12 @@ async def _nats_connect() -> Any:
 
 def broker_missing(system: System) -> str | None:
     """Why a broker cannot run here (None: it answers)."""
-    module = {"nats": "nats", "rabbitmq": "aiormq"}[system]
+    module = "nats" if system in NATS_SYSTEMS else "aiormq"
     if importlib.util.find_spec(module) is None:
         return f"{module} not installed; pip install -e '.[bench]'"
 
     async def probe() -> None:
-        if system == "nats":
+        if system in NATS_SYSTEMS:
             nc = await _nats_connect()
             try:
                 await nc.jetstream().account_info()
@@ -919,7 +1003,7 @@ def broker_missing(system: System) -> str | None:
     try:
         asyncio.run(asyncio.wait_for(probe(), 10))
     except Exception as exc:  # any failure to answer means: skip it
-        where = NATS_URL if system == "nats" else RABBITMQ_URL.split("@")[-1]
+        where = NATS_URL if system in NATS_SYSTEMS else RABBITMQ_URL.split("@")[-1]
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return f"no answer at {where}: {why}"
     finally:
@@ -931,9 +1015,10 @@ def setup_nats(url: str) -> None:
     """Nothing: every drain gets a fresh stream (``enqueue_nats``)."""
 
 
-def enqueue_nats(url: str, n: int, name: str) -> float:
-    """A fresh file-storage work-queue stream and durable pull consumer, then ``n``
-    publishes, each awaiting its ack, ``BROKER_PUBLISH_WINDOW`` in flight."""
+def enqueue_nats(url: str, n: int, name: str, ack_all: bool = False) -> float:
+    """A fresh file-storage work-queue stream and durable pull consumer (explicit acks, or
+    ``AckPolicy.ALL`` with ``ack_all``), then ``n`` publishes, each awaiting its ack,
+    ``BROKER_PUBLISH_WINDOW`` in flight."""
 
     async def go() -> float:
         from nats.js.api import (
@@ -952,14 +1037,16 @@ def enqueue_nats(url: str, n: int, name: str) -> float:
                     name=name,
                     subjects=[nats_subject(name)],
                     storage=StorageType.FILE,
-                    retention=RetentionPolicy.WORK_QUEUE,
+                    # A work-queue stream takes explicit acks only; with its one consumer an
+                    # interest stream deletes a message once it is acked, just the same.
+                    retention=RetentionPolicy.INTEREST if ack_all else RetentionPolicy.WORK_QUEUE,
                 )
             )
             await js.add_consumer(
                 name,
                 ConsumerConfig(
                     durable_name=NATS_DURABLE,
-                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_policy=AckPolicy.ALL if ack_all else AckPolicy.EXPLICIT,
                     ack_wait=120,
                     max_ack_pending=-1,
                 ),
@@ -1020,9 +1107,12 @@ def cleanup_nats(url: str, name: str) -> None:
 async def drain_nats(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
     """Pull requests of ``batch`` messages with ``no_wait`` (the first step of nats-py's
     ``fetch``: it would then linger for new messages, which a drain must not wait for); each
-    message handled and acked; done when a request finds nothing pending."""
+    message handled and acked (``nats-ackall``: all handled, then only the last one acked,
+    which under ``AckPolicy.ALL`` acks every message up to it); done when a request finds
+    nothing pending."""
     from nats.js.client import JetStreamContext
 
+    ack_all = spec.system == "nats-ackall"
     nc = await _nats_connect()
     done = 0
     try:
@@ -1044,7 +1134,10 @@ async def drain_nats(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
                 break
             for msg in batch:  # as nats-py's fetch: the batch arrives, then each is handled
                 _broker_handler(msg.data)
-                await msg.ack()
+                if not ack_all:
+                    await msg.ack()
+            if ack_all:
+                await batch[-1].ack()  # the batch's highest stream sequence: all of it acked
             done += len(batch)
         await nc.flush()  # the acks are on the server
         return time.time(), done
@@ -1132,27 +1225,58 @@ async def drain_rabbitmq(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]
     With nothing delivered the worker asks the queue (a passive declare, which also comes
     back after all its acks on the channel); done when the queue has no ready message and
     this worker holds none. Another worker's unacked deliveries are that worker's to finish;
-    the clock stops at the last worker's end."""
+    the clock stops at the last worker's end.
+
+    ``rabbitmq-multi``: the same consumer, but one ``basic.ack(multiple=True)`` per batch,
+    on the delivery tag of its last message, once ``batch`` deliveries are handled (the
+    whole prefetch window: the broker sends the next batch after it) or, with fewer in hand,
+    once nothing more is delivered for ``RABBITMQ_IDLE_POLL`` (the queue's tail)."""
+    multi = spec.system == "rabbitmq-multi"
     conn, channel = await _rabbitmq_channel()
     done = 0
     try:
         await channel.basic_qos(prefetch_count=spec.batch)
         await channel.queue_declare(spec.name, passive=True)
         inbox: asyncio.Queue[Any] = asyncio.Queue()
+        unacked = 0  # rabbitmq-multi: deliveries handled since the last ack, the last one's tag
+        last_tag = 0
 
         async def deliver(message: Any) -> None:
             inbox.put_nowait(message)
 
-        async def handle(message: Any) -> None:
-            _broker_handler(message.body)
+        async def ack(tag: int, multiple: bool) -> None:
             # wait=False: not until the frame is written (AMQP acks have no reply anyway);
             # the passive declare that ends the drain comes back after them.
-            await channel.basic_ack(message.delivery.delivery_tag, wait=False)
+            await channel.basic_ack(tag, multiple=multiple, wait=False)
+
+        async def handle(message: Any) -> None:
+            nonlocal unacked, last_tag
+            _broker_handler(message.body)
+            if not multi:
+                await ack(message.delivery.delivery_tag, False)
+                return
+            unacked += 1
+            last_tag = message.delivery.delivery_tag
+            if unacked >= spec.batch:
+                await flush()
+
+        async def flush() -> None:
+            """``rabbitmq-multi``: ack every delivery up to the last one handled."""
+            nonlocal unacked
+            if unacked:
+                await ack(last_tag, True)
+                unacked = 0
 
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
         await channel.basic_consume(spec.name, deliver, no_ack=False)
         while True:
             if inbox.empty():
+                if unacked:  # rabbitmq-multi, a partial batch: more may be on its way
+                    with contextlib.suppress(TimeoutError):
+                        await handle(await asyncio.wait_for(inbox.get(), RABBITMQ_IDLE_POLL))
+                        done += 1
+                        continue
+                    await flush()  # none came: the queue's tail (or another worker holds it)
                 left = await channel.queue_declare(spec.name, passive=True)
                 if not left.message_count and inbox.empty():
                     break
@@ -1220,11 +1344,26 @@ SYSTEMS: dict[System, SystemOps] = {
         "graphile",
     ),
     "nats": SystemOps(setup_nats, enqueue_nats, remaining_nats, None, cleanup_nats),
+    "nats-ackall": SystemOps(
+        setup_nats,
+        lambda url, n, name: enqueue_nats(url, n, name, ack_all=True),
+        remaining_nats,
+        None,
+        cleanup_nats,
+    ),
     "rabbitmq": SystemOps(
         setup_rabbitmq, enqueue_rabbitmq, remaining_rabbitmq, None, cleanup_rabbitmq
     ),
+    "rabbitmq-multi": SystemOps(
+        setup_rabbitmq, enqueue_rabbitmq, remaining_rabbitmq, None, cleanup_rabbitmq
+    ),
 }
-BROKER_URLS: dict[System, str] = {"nats": NATS_URL, "rabbitmq": RABBITMQ_URL}
+BROKER_URLS: dict[System, str] = {
+    "nats": NATS_URL,
+    "nats-ackall": NATS_URL,
+    "rabbitmq": RABBITMQ_URL,
+    "rabbitmq-multi": RABBITMQ_URL,
+}
 
 
 LATENCY_SYSTEMS: tuple[LatencySystem, ...] = ("ours", "pgqueuer", "procrastinate")
@@ -1252,9 +1391,9 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
             import uvloop
 
             end, done = uvloop.run(drain_pgqueuer(spec, barrier))
-        elif spec.system == "nats":
+        elif spec.system in NATS_SYSTEMS:
             end, done = asyncio.run(drain_nats(spec, barrier))
-        elif spec.system == "rabbitmq":
+        elif spec.system in ("rabbitmq", "rabbitmq-multi"):
             end, done = asyncio.run(drain_rabbitmq(spec, barrier))
         else:
             end, done = asyncio.run(drain_procrastinate(spec, barrier))
@@ -1262,6 +1401,47 @@ def _drain_worker_main(spec: DrainSpec, barrier: Barrier, reports: MPQueue[Worke
     except BaseException:
         barrier.abort()
         reports.put(WorkerReport(error=traceback.format_exc()))
+
+
+def grown(jobs: int, drain_s: float, min_drain_s: float) -> int:
+    """The size of a cell whose drain of ``jobs`` took only ``drain_s`` seconds: enough for
+    ``SIZE_MARGIN`` times ``min_drain_s`` at that rate, at least twice as many, in whole
+    thousands, at most ``MAX_JOBS``."""
+    want = max(2 * jobs, SIZE_MARGIN * min_drain_s * jobs / max(drain_s, 1e-3))
+    return min(MAX_JOBS, -(-int(want) // 1000) * 1000)
+
+
+def one_drain(
+    ctx: SpawnContext,
+    server: Server,
+    system: System,
+    target: str,
+    name: str,
+    batch: int,
+    workers: int,
+    jobs: int,
+    quiet_wait: float,
+) -> tuple[float, float, float | None]:
+    """Load ``jobs`` jobs, bring the database to the same state, wait for a quiet machine,
+    drain: (enqueue seconds, drain seconds, busy fraction before the drain)."""
+    ops = SYSTEMS[system]
+    try:
+        enqueue_s = ops.enqueue(target, jobs, name)
+        if ops.database:
+            prepare_drain(target)
+        busy = wait_quiet(quiet_wait)
+        budget = connection_budget(server)
+        spec = DrainSpec.default(system, target, batch, workers, budget, name)
+        if system in (*OURS, "procrastinate") and spec.pool_size < OURS_POOL_SIZE:
+            print(
+                f"pools: {spec.pool_size} connections per process, not "
+                f"{OURS_POOL_SIZE}: {budget} free on the server for {workers}"
+            )
+        drain_s = run_drain(ctx, spec, workers, jobs)
+    finally:
+        if name:
+            ops.cleanup(target, name)
+    return enqueue_s, drain_s, busy
 
 
 def run_drain(ctx: SpawnContext, spec: DrainSpec, workers: int, jobs: int) -> float:
@@ -1274,6 +1454,27 @@ def run_drain(ctx: SpawnContext, spec: DrainSpec, workers: int, jobs: int) -> fl
     if left or done != jobs:
         raise RuntimeError(f"{spec.system}: ran {done} of {jobs} jobs, {left} left")
     return drain_s
+
+
+def next_report(
+    reports: MPQueue[WorkerReport],
+    procs: Sequence[multiprocessing.process.BaseProcess],
+    system: str,
+) -> WorkerReport:
+    """The next worker's report; a worker that died without one (killed, say) fails the drain
+    at once instead of after ``DRAIN_TIMEOUT``."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    while True:
+        with contextlib.suppress(Empty):
+            return reports.get(timeout=1.0)
+        dead = [p for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            with contextlib.suppress(Empty):  # it may have reported just before it died
+                return reports.get(timeout=1.0)
+            said = ", ".join(f"pid {p.pid} exit code {p.exitcode}" for p in dead)
+            raise RuntimeError(f"{system}: a drain worker died without its report ({said})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{system}: no drain report within {DRAIN_TIMEOUT:.0f} s")
 
 
 def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[float, int]:
@@ -1293,7 +1494,7 @@ def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[
         ends: list[float] = []
         done = 0
         for _ in procs:
-            report = reports.get(timeout=DRAIN_TIMEOUT)
+            report = next_report(reports, procs, spec.system)
             if report.error:
                 raise RuntimeError(f"{spec.system} worker failed:\n{report.error}")
             ends.append(report.end)
@@ -1494,6 +1695,8 @@ def measure_latency(
 @dataclass(frozen=True)
 class Plan:
     jobs: int
+    """The first size of every cell (grown for a cell whose drain is shorter than min_drain_s)."""
+    min_drain_s: float
     workers: tuple[int, ...]
     batches: tuple[int, ...]
     pgqueuer_batches: tuple[int, ...]
@@ -1518,7 +1721,7 @@ class Plan:
                 if "pgqueuer" in on and batch in self.pgqueuer_batches:
                     yield "pgqueuer", workers, batch
                 for system in BROKERS:
-                    if system in on:
+                    if system in on and (batch > 1 or system not in BATCH_ACKS):
                         yield system, workers, batch
         if "graphile" in on and graphile_batch is None:
             for workers in self.workers:
@@ -1624,29 +1827,46 @@ def report(
     drains: dict[tuple[System, int, int], DrainResult],
     latencies: dict[LatencySystem, LatencyResult],
 ) -> None:
-    label = f"best of {plan.repeat}" if plan.repeat > 1 else "one run"
-    print(f"\n## Drain throughput, {plan.jobs:,} no-op jobs, jobs/s ({label})\n")
+    label = f"median of {plan.repeat}" if plan.repeat > 1 else "one run"
+    print(
+        f"\n## Drain throughput, no-op jobs, jobs/s ({label}; every drain at least "
+        f"{plan.min_drain_s:g} s)\n"
+    )
     rows = []
     for (system, workers, batch), r in drains.items():
-        rounds = " / ".join(fmt_rate(x) for x in r.rates) if plan.repeat > 1 else ""
+        rounds = " / ".join(
+            f"{fmt_rate(x)} ({s:.2f} s{' SHORT' if short else ''})"
+            for x, s, short in zip(r.rates, r.drain_s, r.short, strict=True)
+        )
         rows.append(
             [
                 system,
                 str(workers),
                 "-" if system in UNBATCHED else str(batch),
-                fmt_rate(r.best_rate),
+                "/".join(f"{n:,}" for n in sorted(set(r.jobs))),
+                fmt_rate(r.median_rate),
+                f"{r.median_drain_s:.2f}",
                 rounds,
                 fmt_rate(r.enqueue_rate),
             ]
         )
-    headers = ["system", "workers", "batch", "drain jobs/s", "all rounds", "enqueue jobs/s"]
+    headers = [
+        "system",
+        "workers",
+        "batch",
+        "jobs",
+        "drain jobs/s",
+        "drain s",
+        "all rounds (jobs/s, s)",
+        "enqueue jobs/s",
+    ]
     if plan.repeat == 1:
-        headers.pop(4)
-        rows = [r[:4] + r[5:] for r in rows]
+        headers.pop(6)
+        rows = [r[:6] + r[7:] for r in rows]
     print(table(headers, rows) if rows else "(nothing ran)")
 
     def ratio(a: DrainResult | None, b: DrainResult | None) -> str:
-        return fmt_ratio(a.best_rate / b.best_rate) if a and b else "-"
+        return fmt_ratio(a.median_rate / b.median_rate) if a and b else "-"
 
     print("\n## Ratios (same run; graphile-worker has no batch size: its one run per worker")
     print(f"## count is compared at batch {REFERENCE_BATCH})\n")
@@ -1673,8 +1893,7 @@ def report(
         "batched/pgqueuer",
         "batch-tx/batched",
         "batched/graphile",
-        "batched/nats",
-        "batched/rabbitmq",
+        *(f"batched/{b}" for b in BROKERS),
     ]
     print(table(headers, rows) if rows else "(nothing to compare)")
 
@@ -1714,7 +1933,7 @@ def targets(
 
     def check(name: str, a: DrainResult | None, b: DrainResult | None, at_least: float) -> None:
         if a and b:
-            x = a.best_rate / b.best_rate
+            x = a.median_rate / b.median_rate
             rows.append([name, fmt_ratio(x), verdict(x >= at_least)])
 
     ref = REFERENCE_BATCH
@@ -1747,7 +1966,7 @@ def targets(
                 drains.get(("nats", workers, batch)),
             )
             if ours and nats:
-                x = ours.best_rate / nats.best_rate
+                x = ours.median_rate / nats.median_rate
                 rows.append(
                     [f"batch {batch}, {workers}w: ahead of nats", fmt_ratio(x), verdict(x > 1)]
                 )
@@ -1773,15 +1992,17 @@ PLOT_LABELS: dict[System, str] = {
     "procrastinate": "Procrastinate",
     "graphile": "graphile-worker",
     "nats": "NATS JetStream",
+    "nats-ackall": "NATS JetStream (AckPolicy.ALL, one ack per batch)",
     "rabbitmq": "RabbitMQ",
+    "rabbitmq-multi": "RabbitMQ (basic.ack multiple=True per batch)",
 }
 
 
 def plot_drain(
     plan: Plan, drains: dict[tuple[System, int, int], DrainResult], path: Path, server: Server
 ) -> None:
-    """Drain jobs/s vs worker processes at the reference batch, one line per system, the best
-    round per point."""
+    """Drain jobs/s vs worker processes at the reference batch, one line per system, the median
+    of the counted drains per point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1792,7 +2013,7 @@ def plot_drain(
     for system in plan.systems:
         batch = 0 if system in UNBATCHED else REFERENCE_BATCH
         points = sorted(
-            (w, r.best_rate) for (s, w, b), r in drains.items() if s == system and b == batch
+            (w, r.median_rate) for (s, w, b), r in drains.items() if s == system and b == batch
         )
         if not points:
             continue
@@ -1810,9 +2031,10 @@ def plot_drain(
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:,.0f}"))
     ax.grid(True, alpha=0.3)
-    rounds = f"best of {plan.repeat} rounds" if plan.repeat > 1 else "one round"
+    rounds = f"median of {plan.repeat} drains" if plan.repeat > 1 else "one drain"
     ax.set_title(
-        f"Drain of {plan.jobs:,} durable no-op jobs, batch/prefetch {REFERENCE_BATCH} "
+        f"Drains of at least {plan.min_drain_s:g} s, durable no-op jobs, batch/prefetch "
+        f"{REFERENCE_BATCH} "
         f"({rounds})\nPostgreSQL {server.settings.get('server_version', '?')}, "
         f"synchronous_commit={server.settings.get('synchronous_commit', '?')}, "
         f"{os.cpu_count()} CPUs",
@@ -1843,9 +2065,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.queue", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
-    parser.add_argument("--jobs", type=int, default=None, help="jobs per drain (default 20000)")
     parser.add_argument(
-        "--quick", action="store_true", help="smoke run: 2,000 jobs, 1 and 4 workers, 50 samples"
+        "--jobs",
+        type=int,
+        default=None,
+        help="first size of every cell, grown while its drains are too short (default 20000)",
+    )
+    parser.add_argument(
+        "--min-drain",
+        type=float,
+        default=None,
+        help=f"seconds a counted drain lasts at least (default {MIN_DRAIN_S:g})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 2,000 jobs, drains of 0.5 s, 1 round, 1 and 4 workers, 50 samples",
     )
     parser.add_argument(
         "--workers", type=int_list, default=None, help="worker processes, e.g. 1,2,4,8,16"
@@ -1860,7 +2095,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip-peers", action="store_true", help="only ours and raw (no peers, no brokers)"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="rounds of the throughput matrix")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help=f"rounds of the throughput matrix: counted drains per cell (default {DRAINS})",
+    )
     parser.add_argument("--latency-samples", type=int, default=None, help="default 200")
     parser.add_argument("--no-latency", action="store_true", help="skip add-to-start latency")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="embedded server")
@@ -1887,16 +2127,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("peers and brokers: skipped (--skip-peers)")
         selected = tuple(s for s in selected if s == "raw" or s in OURS)
     workers = args.workers or ((1, 4) if args.quick else (1, 2, 4))
+    min_drain = (
+        args.min_drain if args.min_drain is not None else (0.5 if args.quick else MIN_DRAIN_S)
+    )
     systems = available_systems(selected)
     plan = Plan(
         jobs=args.jobs or (2_000 if args.quick else 20_000),
+        min_drain_s=min_drain,
         workers=workers,
         batches=args.batches or (1, REFERENCE_BATCH),
         pgqueuer_batches=(10, REFERENCE_BATCH),
         procrastinate_workers=tuple(w for w in workers if w in ((1,) if args.quick else (1, 4)))
         or workers[:1],
         latency_samples=args.latency_samples or (50 if args.quick else 200),
-        repeat=max(1, args.repeat),
+        repeat=max(1, args.repeat or (1 if args.quick else DRAINS)),
         systems=systems,
     )
 
@@ -1921,7 +2165,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{version_of('aiormq')}"
     )
     print(
-        f"plan: {plan.jobs:,} jobs, systems {', '.join(plan.systems) or '-'}, workers "
+        f"plan: {plan.jobs:,} jobs per cell first (grown while a drain lasts under "
+        f"{plan.min_drain_s:g} s), systems {', '.join(plan.systems) or '-'}, workers "
         f"{plan.workers}, batches {plan.batches}, pgqueuer batches {plan.pgqueuer_batches}, "
         f"procrastinate workers {plan.procrastinate_workers} (concurrency "
         f"{PROCRASTINATE_CONCURRENCY}), graphile-worker concurrency {GRAPHILE_CONCURRENCY} "
@@ -1944,44 +2189,47 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ops.setup(urls[ops.database])
 
         try:
+            sizes: dict[tuple[System, int, int], int] = {}
             for round_no in range(1, plan.repeat + 1):
                 for system, workers, batch in plan.configurations():
                     ops = SYSTEMS[system]
                     target = urls[ops.database] if ops.database else BROKER_URLS[system]
-                    drain_no += 1
-                    name = f"bench_{server.tag}_{drain_no}" if ops.database is None else ""
-                    try:
-                        enqueue_s = ops.enqueue(target, plan.jobs, name)
-                        if ops.database:
-                            prepare_drain(target)
-                        busy = wait_quiet(args.quiet_wait)
-                        budget = connection_budget(server)
-                        spec = DrainSpec.default(system, target, batch, workers, budget, name)
-                        if system in (*OURS, "procrastinate") and spec.pool_size < OURS_POOL_SIZE:
-                            print(
-                                f"pools: {spec.pool_size} connections per process, not "
-                                f"{OURS_POOL_SIZE}: {budget} free on the server for {workers}"
-                            )
-                        drain_s = run_drain(ctx, spec, workers, plan.jobs)
-                    finally:
-                        if name:
-                            ops.cleanup(target, name)
-                    r = drains.setdefault(
-                        (system, workers, batch), DrainResult(system, workers, batch, plan.jobs)
-                    )
-                    r.enqueue_s.append(enqueue_s)
-                    r.drain_s.append(drain_s)
-                    r.busy_before.append(busy)
+                    cell = (system, workers, batch)
                     shown = "  -" if system in UNBATCHED else f"{batch:>3}"
-                    print(
-                        f"[round {round_no}] {system:>13} workers={workers} batch={shown}: "
-                        f"drain {plan.jobs / drain_s:>9,.0f} jobs/s ({drain_s:6.2f} s), "
-                        f"enqueue {plan.jobs / enqueue_s:>9,.0f} jobs/s, before: {fmt_busy(busy)}",
-                        flush=True,
-                    )
-        except (RuntimeError, psycopg.Error, OSError) as exc:
-            # A drain that cannot run (the server out of connections, a broker gone) ends the
-            # measuring, not the report: what was measured before it is printed.
+                    where = f"[round {round_no}] {system:>14} workers={workers} batch={shown}"
+                    for sizing in range(MAX_SIZINGS + 1):
+                        jobs = sizes.setdefault(cell, plan.jobs)
+                        drain_no += 1
+                        name = f"bench_{server.tag}_{drain_no}" if ops.database is None else ""
+                        enqueue_s, drain_s, busy = one_drain(
+                            ctx, server, system, target, name, batch, workers, jobs, args.quiet_wait
+                        )
+                        line = (
+                            f"{where}: {jobs:>9,} jobs, drain {jobs / drain_s:>9,.0f} jobs/s "
+                            f"({drain_s:6.2f} s), enqueue {jobs / enqueue_s:>9,.0f} jobs/s, "
+                            f"before: {fmt_busy(busy)}"
+                        )
+                        if drain_s < plan.min_drain_s and sizing < MAX_SIZINGS:
+                            sizes[cell] = grown(jobs, drain_s, plan.min_drain_s)
+                            print(
+                                f"{line}: under {plan.min_drain_s:g} s, not counted; the cell "
+                                f"now loads {sizes[cell]:,} jobs",
+                                flush=True,
+                            )
+                            continue
+                        r = drains.setdefault(cell, DrainResult(system, workers, batch))
+                        r.jobs.append(jobs)
+                        r.enqueue_s.append(enqueue_s)
+                        r.drain_s.append(drain_s)
+                        r.busy_before.append(busy)
+                        r.short.append(drain_s < plan.min_drain_s)
+                        note = f" SHORT (under {plan.min_drain_s:g} s)" if r.short[-1] else ""
+                        print(line + note, flush=True)
+                        break
+        except Exception as exc:
+            # A drain that cannot run (the server out of connections, a broker gone or
+            # refusing a request) ends the measuring, not the report: what was measured
+            # before it is printed.
             failure = f"{type(exc).__name__}: {exc}"
             print(f"\nINCOMPLETE, measuring stopped: {failure}", flush=True)
 
@@ -2019,7 +2267,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "settings": server.settings,
                     "plan": asdict(plan),
                     "incomplete": failure,
-                    "drains": [{**asdict(r), "rates": r.rates} for r in drains.values()],
+                    "drains": [
+                        {**asdict(r), "rates": r.rates, "median_rate": r.median_rate}
+                        for r in drains.values()
+                    ],
                     "latency": {
                         s: {"p50": r.p50, "p99": r.p99, **asdict(r)} for s, r in latencies.items()
                     },

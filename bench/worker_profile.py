@@ -8,7 +8,8 @@ For each of ``--modes`` (default: ``raw``, ``claim-sql``, ``batched``, ``batch-t
 from THIS process, reporting jobs/s and the process's CPU (``getrusage``, user + system) per
 job during the drain. The modes:
 
-- ``raw``: the raw loop of ``bench/queue.py`` (sync psycopg, ``DELETE ... RETURNING``);
+- ``raw``: the raw loop of ``bench/queue.py`` (sync psycopg, ``DELETE ... RETURNING``, sent
+  unprepared);
 - ``claim-sql``: pgenough's own ``claim`` statement in a sync psycopg loop that acknowledges
   the previous batch, building no ``Job`` and running no handler: the SQL's cost;
 - ``batched``: ``Worker(pool, {kind: noop}, WorkerConfig(batch_size=B, concurrency=max(10, B),
@@ -114,7 +115,8 @@ def drain_raw(url: str, batch: int) -> int:
     done = 0
     with psycopg.connect(url, autocommit=True) as conn:
         params = {"queue": QUEUE, "limit": batch}
-        while rows := conn.execute(RAW_TAKE, params).fetchall():
+        # Unprepared, as bench/queue.py's RAW_TAKE_PREPARE says why (a cached generic plan).
+        while rows := conn.execute(RAW_TAKE, params, prepare=False).fetchall():
             done += len(rows)
     return done
 
