@@ -394,3 +394,45 @@ async def test_the_periodic_claim_keeps_an_index_plan_after_a_burst(
 
 async def _nothing() -> None:
     pass
+
+
+def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(database_url: str) -> None:
+    """bench/queue.py's raw SKIP LOCKED loop is the queue's ceiling: it must not fall into the
+    trap either (its cached plan was a nested-loop semi join over Seq Scans, O(rows²))."""
+    from bench.queue import RAW_SCHEMA, raw_take
+
+    plans = Plans()
+    with psycopg.connect(
+        database_url, autocommit=True, options=f"-c statement_timeout={STATEMENT_TIMEOUT:g}s"
+    ) as conn:
+        conn.execute("DROP TABLE IF EXISTS raw_jobs; DROP TYPE IF EXISTS job_state")
+        conn.execute(RAW_SCHEMA)
+        try:
+            conn.execute("ALTER TABLE raw_jobs SET (autovacuum_enabled = false)")
+            conn.execute("ANALYZE raw_jobs")
+            try:
+                conn.execute("LOAD 'auto_explain'")
+            except psycopg.errors.InsufficientPrivilege as exc:
+                pytest.skip(f"auto_explain cannot be loaded on this server: {exc}")
+            for setting in ("log_analyze", "log_buffers"):
+                conn.execute(f"SET auto_explain.{setting} = on")
+            conn.execute("SET auto_explain.log_timing = off")
+            conn.execute("SET auto_explain.log_format = json")
+            conn.execute("SET auto_explain.log_level = notice")
+            conn.add_notice_handler(plans.on_notice)
+            for _ in range(PRIMES):
+                assert raw_take(conn, BATCH) == []
+            conn.execute(
+                "INSERT INTO raw_jobs (kind, payload)"
+                " SELECT 'k', jsonb_build_object('n', n) FROM generate_series(1, %s) n",
+                (ROWS,),
+            )
+            row = conn.execute("SELECT pg_relation_size('raw_jobs') / 8192").fetchone()
+            assert row is not None
+            conn.execute("SET auto_explain.log_min_duration = 0")
+            assert len(raw_take(conn, BATCH)) == BATCH
+            conn.execute("SET auto_explain.log_min_duration = -1")
+            reports = [r for r in plans.reports if "raw_jobs" in r["Query Text"]]
+            assert problems(reports, "raw_jobs", BATCH, int(row[0])) == []
+        finally:
+            conn.execute("DROP TABLE IF EXISTS raw_jobs; DROP TYPE IF EXISTS job_state")
