@@ -465,7 +465,8 @@ def worker_run(
 ) -> None:
     """Run your tasks: one process, one executor per queue, one listening connection and one
     set of maintenance duties whatever the number of queues. SIGTERM lets running jobs
-    finish (up to the shutdown timeout) and hands the rest back. Exit 0 once stopped, 1 on a
+    finish (up to the shutdown timeout), then cancels the async ones and hands them back; a
+    plain function (a thread) cannot be stopped and is waited for. Exit 0 once stopped, 1 on a
     runtime error, 2 on bad usage or configuration."""
     settings = _settings()
     _setup_logging(settings)
