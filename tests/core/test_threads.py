@@ -35,12 +35,28 @@ def tables(db: AsyncConnectionPool, database_url: str) -> Iterator[str]:
     yield database_url
 
 
-def worker(env: dict[str, str], *args: str, **settings: str) -> Proc:
-    """A worker process of the thread app, once it has started."""
-    env = {**env, **{f"PGENOUGH_{k.upper()}": v for k, v in settings.items()}}
-    proc = Proc.pgenough(env, "worker", "run", SPEC, "-q", threadapp.QUEUE, *args)
-    proc.expect(lambda s: "task(s); queues" in s, timeout=60)
-    return proc
+class Workers:
+    """Starts worker processes of the thread app; the fixture kills what is left."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.started: list[Proc] = []
+
+    def __call__(self, *args: str, **settings: str) -> Proc:
+        """A worker (``settings`` as PGENOUGH_* variables), once it has started."""
+        env = {**self.env, **{f"PGENOUGH_{k.upper()}": v for k, v in settings.items()}}
+        proc = Proc.pgenough(env, "worker", "run", SPEC, "-q", threadapp.QUEUE, *args)
+        self.started.append(proc)
+        proc.expect(lambda s: "task(s); queues" in s, timeout=60)
+        return proc
+
+
+@pytest.fixture
+def worker(worker_env: dict[str, str]) -> Iterator[Workers]:
+    workers = Workers(worker_env)
+    yield workers
+    for proc in workers.started:
+        proc.kill()
 
 
 def events(url: str) -> list[tuple[int, int, str, int]]:
@@ -64,10 +80,7 @@ async def jobs_left(db: AsyncConnectionPool) -> int:
 
 def stop(proc: Proc, timeout: float = 60.0) -> int:
     proc.popen.terminate()
-    try:
-        return proc.wait(timeout)
-    finally:
-        proc.kill()
+    return proc.wait(timeout)
 
 
 async def enqueue(db: AsyncConnectionPool, task: Any, calls: list[dict[str, Any]]) -> list[int]:
@@ -76,11 +89,11 @@ async def enqueue(db: AsyncConnectionPool, task: Any, calls: list[dict[str, Any]
 
 
 async def test_as_many_plain_functions_run_at_once_as_the_concurrency(
-    db: AsyncConnectionPool, tables: str, worker_env: dict[str, str]
+    db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """Counted, not timed: each function waits until 20 run together (the asyncio default
     executor has min(32, cpus + 4) threads: 6 on two cores)."""
-    proc = worker(worker_env, "--concurrency", "20")
+    proc = worker("--concurrency", "20")
     try:
         await enqueue(db, threadapp.gauged, [{"together": 20}] * 40)
         await until_events(tables, 40, "40 gauged jobs done", timeout=120)
@@ -93,12 +106,12 @@ async def test_as_many_plain_functions_run_at_once_as_the_concurrency(
 
 
 async def test_a_timeout_counts_from_the_functions_start(
-    db: AsyncConnectionPool, tables: str, worker_env: dict[str, str]
+    db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """12 one-second functions with a 1.6 s timeout at concurrency 20: all start at once,
     none times out, each runs once (on the default executor, 4 timed out waiting for a
     thread and ran twice)."""
-    proc = worker(worker_env, "--concurrency", "20")
+    proc = worker("--concurrency", "20")
     try:
         ids = await enqueue(db, threadapp.one_second, [{}] * 12)
 
@@ -115,102 +128,81 @@ async def test_a_timeout_counts_from_the_functions_start(
 
 
 async def test_a_function_past_its_timeout_keeps_its_job_until_it_returns(
-    db: AsyncConnectionPool, tables: str, worker_env: dict[str, str]
+    db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """A 4 s function, a 0.5 s timeout, a 1.5 s lease and the rescuer every 0.5 s, with a
     second replica idle beside it: the job stays claimed (heartbeats) until the function
     returns, then fails with TaskTimeout and runs again, never twice at once."""
     settings = {"worker_lease": "1.5", "rescue_interval": "0.5", "worker_poll_interval": "0.2"}
-    first = worker(worker_env, **settings)
-    second: Proc | None = None
-    try:
-        (job_id,) = await enqueue(db, threadapp.overrun, [{"seconds": 4.0}])
-        first.expect(lambda s: "overrun started" in s)
-        second = worker(worker_env, **settings)
-        first.expect(lambda s: f"job {job_id} (overrun) has run past its timeout of 0.5s" in s)
-        await until_events(tables, 3, "the first attempt's end and the second's start")
-        runs = [(attempt, event) for _, attempt, event, _ in events(tables)]
-        assert runs[:3] == [(1, "start"), (1, "done"), (2, "start")]
-        async with db.connection() as conn:
-            job = await get_job(conn, job_id)
-        assert job is not None and job.attempts == 2
-        assert job.errors[0]["error"].startswith(
-            "TaskTimeout: task 'overrun' ran past its timeout of 0.5s (its thread ran 4."
-        )
-        assert not any("lease expired" in e["error"] for e in job.errors)
-    finally:
-        for proc in (first, second):
-            if proc is not None:
-                proc.kill()
+    first = worker(**settings)
+    (job_id,) = await enqueue(db, threadapp.overrun, [{"seconds": 4.0}])
+    first.expect(lambda s: "overrun started" in s)
+    worker(**settings)  # a second replica, idle: it must not take the job while it runs
+    first.expect(lambda s: f"job {job_id} (overrun) has run past its timeout of 0.5s" in s)
+    await until_events(tables, 3, "the first attempt's end and the second's start")
+    runs = [(attempt, event) for _, attempt, event, _ in events(tables)]
+    assert runs[:3] == [(1, "start"), (1, "done"), (2, "start")]
+    async with db.connection() as conn:
+        job = await get_job(conn, job_id)
+    assert job is not None and job.attempts == 2
+    assert job.errors[0]["error"].startswith(
+        "TaskTimeout: task 'overrun' ran past its timeout of 0.5s (its thread ran 4."
+    )
+    assert not any("lease expired" in e["error"] for e in job.errors)
 
 
 async def test_sigterm_never_hands_back_a_running_function(
-    db: AsyncConnectionPool, tables: str, worker_env: dict[str, str]
+    db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """SIGTERM during a 10 s function, shutdown timeout 1 s, a second replica running: the
     first worker keeps the job until the function returns, completes it, then exits."""
-    first = worker(worker_env, "--shutdown-timeout", "1")
-    second: Proc | None = None
-    try:
-        (job_id,) = await enqueue(db, threadapp.long_sleep, [{"seconds": 10.0}])
-        first.expect(lambda s: "long_sleep started" in s)
-        second = worker(worker_env, "--shutdown-timeout", "1", worker_poll_interval="0.2")
-        first.popen.terminate()
-        first.expect(lambda s: "plain function(s) still running after the shutdown" in s)
-        assert first.wait(60) == 0, first.stderr
-        runs = events(tables)
-        assert [(j, a, e) for j, a, e, _ in runs] == [(job_id, 1, "start"), (job_id, 1, "done")]
-        assert {pid for *_, pid in runs} == {first.popen.pid}
-        assert await jobs_left(db) == 0
-        assert "released" not in "\n".join(first.lines)
-    finally:
-        for proc in (first, second):
-            if proc is not None:
-                proc.kill()
+    first = worker("--shutdown-timeout", "1")
+    (job_id,) = await enqueue(db, threadapp.long_sleep, [{"seconds": 10.0}])
+    first.expect(lambda s: "long_sleep started" in s)
+    worker("--shutdown-timeout", "1", worker_poll_interval="0.2")  # idle beside it
+    first.popen.terminate()
+    first.expect(lambda s: "plain function(s) still running after the shutdown" in s)
+    assert first.wait(60) == 0, first.stderr
+    runs = events(tables)
+    assert [(j, a, e) for j, a, e, _ in runs] == [(job_id, 1, "start"), (job_id, 1, "done")]
+    assert {pid for *_, pid in runs} == {first.popen.pid}
+    assert await jobs_left(db) == 0
+    assert "released" not in "\n".join(first.lines)
 
 
 async def test_an_idle_worker_exits_within_its_shutdown_timeout_plus_a_second(
-    db: AsyncConnectionPool, tables: str, worker_env: dict[str, str]
+    db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """An async job that would run 10 minutes: cancelled at the shutdown timeout (2 s), its
     claim handed back, the process gone within a second of that."""
-    proc = worker(worker_env, "--shutdown-timeout", "2")
-    try:
-        (job_id,) = await enqueue(db, threadapp.stubborn, [{"cleanup": 0.0}])
-        proc.expect(lambda s: "stubborn started" in s)
-        began = time.monotonic()
-        proc.popen.terminate()
-        assert proc.wait(30) == 0, proc.stderr
-        took = time.monotonic() - began
-        assert took < 3.0, f"exited {took:.2f} s after SIGTERM"
-        async with db.connection() as conn:
-            job = await get_job(conn, job_id)
-        assert job is not None and (job.state, job.worker) == ("ready", None)
-    finally:
-        proc.kill()
+    proc = worker("--shutdown-timeout", "2")
+    (job_id,) = await enqueue(db, threadapp.stubborn, [{"cleanup": 0.0}])
+    proc.expect(lambda s: "stubborn started" in s)
+    began = time.monotonic()
+    proc.popen.terminate()
+    assert proc.wait(30) == 0, proc.stderr
+    took = time.monotonic() - began
+    assert took < 3.0, f"exited {took:.2f} s after SIGTERM"
+    async with db.connection() as conn:
+        job = await get_job(conn, job_id)
+    assert job is not None and (job.state, job.worker) == ("ready", None)
 
 
 async def test_a_cancelled_async_task_is_handed_back_once_its_coroutine_has_ended(
-    db: AsyncConnectionPool, tables: str, worker_env: dict[str, str]
+    db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """Its cancellation takes 2 s (an awaited cleanup): the second replica may start the
     job only after that cleanup has ended."""
-    first = worker(worker_env, "--shutdown-timeout", "0.5")
-    second: Proc | None = None
-    try:
-        (job_id,) = await enqueue(db, threadapp.stubborn, [{"cleanup": 2.0}])
-        first.expect(lambda s: "stubborn started" in s)
-        second = worker(worker_env, worker_poll_interval="0.2")
-        first.popen.terminate()
-        assert first.wait(60) == 0, first.stderr
-        second.expect(lambda s: "stubborn started" in s)
-        runs = [(a, e, pid) for j, a, e, pid in events(tables) if j == job_id]
-        assert runs == [
-            (1, "start", first.popen.pid),
-            (1, "ended", first.popen.pid),
-            (2, "start", second.popen.pid),
-        ]
-    finally:
-        for proc in (first, second):
-            if proc is not None:
-                proc.kill()
+    first = worker("--shutdown-timeout", "0.5")
+    (job_id,) = await enqueue(db, threadapp.stubborn, [{"cleanup": 2.0}])
+    first.expect(lambda s: "stubborn started" in s)
+    second = worker(worker_poll_interval="0.2")
+    first.popen.terminate()
+    assert first.wait(60) == 0, first.stderr
+    second.expect(lambda s: "stubborn started" in s)
+    runs = [(a, e, pid) for j, a, e, pid in events(tables) if j == job_id]
+    assert runs == [
+        (1, "start", first.popen.pid),
+        (1, "ended", first.popen.pid),
+        (2, "start", second.popen.pid),
+    ]

@@ -64,21 +64,22 @@ def one_second(ctx: TaskContext) -> None:
     _record(ctx, "done")
 
 
+def _sleep(ctx: TaskContext, seconds: float) -> None:
+    _record(ctx, "start")
+    log.info("%s started, %gs", ctx.job.kind, seconds)
+    time.sleep(seconds)
+    _record(ctx, "done")
+
+
 @app.task(name="overrun", queue=QUEUE, timeout=0.5, max_attempts=3, pass_context=True)
 def overrun(ctx: TaskContext, seconds: float) -> None:
     """Runs far past its timeout, which cannot stop it."""
-    _record(ctx, "start")
-    log.info("overrun started, %gs", seconds)
-    time.sleep(seconds)
-    _record(ctx, "done")
+    _sleep(ctx, seconds)
 
 
 @app.task(name="long_sleep", queue=QUEUE, pass_context=True)
 def long_sleep(ctx: TaskContext, seconds: float) -> None:
-    _record(ctx, "start")
-    log.info("long_sleep started, %gs", seconds)
-    time.sleep(seconds)
-    _record(ctx, "done")
+    _sleep(ctx, seconds)
 
 
 @app.task(name="stubborn", queue=QUEUE, pass_context=True)
