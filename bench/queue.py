@@ -91,7 +91,7 @@ connections per process (5 each at 16 workers on an otherwise idle server with
   until a DELETE returns nothing. The DELETE is sent unprepared (``prepare=False``): planned
   each time with its values and the table's size, so always on the claim index; a cached
   generic plan could be a nested-loop semi join over seq scans, O(rows²) per claim, as a
-  statement psycopg prepares after 5 runs may get (``RAW_TAKE_PREPARE``). ``raw_jobs`` has
+  statement psycopg prepares after 5 runs may get (``RAW_OPTIONS``). ``raw_jobs`` has
   the columns of ``pgenough.jobs`` and the same claim index ``(queue, priority DESC, run_at,
   id) WHERE state = 'ready'``. A job is deleted when it is taken: no lease, no retry,
   at-most-once - nothing a real queue can do with fewer statements.
@@ -407,20 +407,28 @@ WHERE id IN (
 )
 RETURNING id, queue, kind, payload, priority, attempts, max_attempts, run_at, created_at
 """
-RAW_TAKE_PREPARE = False
-"""``prepare=`` of every ``RAW_TAKE``: never prepared server-side. psycopg prepares a statement
-after 5 executions, and PostgreSQL may then cache a *generic* plan, built for no particular
-values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans, O(rows²)
-per claim (claims ran for minutes in steady state; forced generic, one claim on 20,000 rows
-took 33 s and, rescanning the SKIP LOCKED subquery per outer row, deleted all 20,000). Sent
-unprepared, it is planned each time with its values and the table's current size: the claim
-index. The product's claim does the same."""
+RAW_OPTIONS = "-c plan_cache_mode=force_custom_plan"
+"""The raw loop's sessions: ``RAW_TAKE`` is prepared (parsed once) and planned at every
+execution, with its values and the table's current size, so always on the claim index, as the
+product's claim loop holds its connection (``worker._Executor._hold``). psycopg prepares a
+statement after 5 executions, and PostgreSQL may then cache a *generic* plan, built for no
+particular values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans,
+O(rows²) per claim (claims ran for minutes in steady state; forced generic, one claim on 20,000
+rows took 33 s and, rescanning the SKIP LOCKED subquery per outer row, deleted all 20,000).
+Unprepared instead, the claim costs about 0.88x the rate (``python -m bench.claim_plans``): not
+a ceiling."""
+
+
+def raw_connect(url: str) -> psycopg.Connection[Any]:
+    """A connection of the raw loop (autocommit, ``RAW_OPTIONS``)."""
+    return psycopg.connect(url, autocommit=True, options=RAW_OPTIONS)
 
 
 def raw_take(conn: psycopg.Connection[Any], batch: int) -> list[tuple[Any, ...]]:
-    """One claim of the raw loop: up to ``batch`` jobs deleted and returned."""
+    """One claim of the raw loop, on a ``raw_connect`` connection: up to ``batch`` jobs
+    deleted and returned."""
     params = {"queue": QUEUE, "limit": batch}
-    return conn.execute(RAW_TAKE, params, prepare=RAW_TAKE_PREPARE).fetchall()
+    return conn.execute(RAW_TAKE, params).fetchall()
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -710,7 +718,7 @@ def _raw_handler(row: tuple[Any, ...]) -> None:
 
 def drain_raw(spec: DrainSpec, barrier: Barrier) -> tuple[float, int]:
     done = 0
-    with psycopg.connect(spec.url, autocommit=True) as conn:
+    with raw_connect(spec.url) as conn:
         conn.execute("SELECT 1")
         barrier.wait(BARRIER_TIMEOUT)
         while rows := raw_take(conn, spec.batch):

@@ -10,8 +10,8 @@ Run it from the repository root::
 
 Burn-down figures flatter every queue: a backlog drained once never meets its own dead rows.
 This benchmark runs pgenough's batched worker (``ours``) and the raw SKIP LOCKED loop of
-``bench/queue.py`` (``raw``; its DELETE sent unprepared, planned each time on the claim index:
-``bench.queue.RAW_TAKE_PREPARE``) one after the other, each in its own fresh database, with
+``bench/queue.py`` (``raw``; its DELETE prepared but planned each time, on the claim index:
+``bench.queue.RAW_OPTIONS``) one after the other, each in its own fresh database, with
 autovacuum ON (as users run it). If the server has it off, the benchmark turns it on with
 ``ALTER SYSTEM SET autovacuum = on`` and a reload, and resets it at the end (the per-table
 ``autovacuum_enabled`` storage parameter does nothing while the launcher is off);
@@ -133,6 +133,7 @@ from bench.queue import (
     enqueue_raw,
     grown,
     prepare_drain,
+    raw_connect,
     raw_take,
     run_drain,
     setup_ours,
@@ -346,7 +347,7 @@ def _ours_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> N
 
 
 def _raw_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> None:
-    with psycopg.connect(spec.url, autocommit=True) as conn:
+    with raw_connect(spec.url) as conn:
         conn.execute("SELECT 1")
         ready.wait(BARRIER_TIMEOUT)
         fail_at = time.monotonic() + spec.fail_after if spec.fail_after else None
@@ -354,7 +355,7 @@ def _raw_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> No
             if fail_at and time.monotonic() > fail_at:
                 raise _debug_failure(spec)
             began = time.perf_counter()
-            rows = raw_take(conn, spec.batch)  # unprepared: see bench.queue.RAW_TAKE_PREPARE
+            rows = raw_take(conn, spec.batch)  # planned each time: bench.queue.RAW_OPTIONS
             took = time.perf_counter() - began
             now = time.time()
             rec.claims.append((now, took, len(rows)))

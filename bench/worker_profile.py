@@ -55,6 +55,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from bench.queue import RAW_OPTIONS
 
 from pgenough import eventloop
 from pgenough.core import BatchHandler, Job, NewJob, Worker, WorkerConfig, enqueue_many, migrate
@@ -113,10 +114,10 @@ async def _load_ours(url: str, n: int) -> None:
 
 def drain_raw(url: str, batch: int) -> int:
     done = 0
-    with psycopg.connect(url, autocommit=True) as conn:
+    # Planned each time, as bench/queue.py's RAW_OPTIONS says why (a cached generic plan).
+    with psycopg.connect(url, autocommit=True, options=RAW_OPTIONS) as conn:
         params = {"queue": QUEUE, "limit": batch}
-        # Unprepared, as bench/queue.py's RAW_TAKE_PREPARE says why (a cached generic plan).
-        while rows := conn.execute(RAW_TAKE, params, prepare=False).fetchall():
+        while rows := conn.execute(RAW_TAKE, params).fetchall():
             done += len(rows)
     return done
 
@@ -125,7 +126,8 @@ def drain_claim_sql(url: str, batch: int) -> int:
     claim = load("queue")["claim"]
     done = 0
     acks: list[tuple[int, int]] = []
-    with psycopg.connect(url, autocommit=True) as conn:
+    # As the worker's claim loop holds its connection: prepared, planned each time.
+    with psycopg.connect(url, autocommit=True, options=RAW_OPTIONS) as conn:
         while True:
             params = {
                 "done_ids": [a[0] for a in acks],

@@ -164,9 +164,13 @@ class Hot:
     """Rows the measured call handles, which bound the buffers it may touch."""
 
 
-async def _claim(executor: _Executor, s: Session) -> object:
-    async with s.pool.connection() as conn:
-        return await executor._claim(conn, [], BATCH)
+async def _claim(executor: _Executor, s: Session, done: list[Job] | None = None) -> object:
+    """A claim on the connection the claim loop holds, as it holds it (``_hold``)."""
+    conn, restore = await executor._hold()
+    try:
+        return await executor._claim(conn, done or [], BATCH)
+    finally:
+        await executor._unhold(conn, restore)
 
 
 async def _claim_after(s: Session) -> object:
@@ -174,8 +178,7 @@ async def _claim_after(s: Session) -> object:
     s.executor._after = (0, datetime(2000, 1, 1).astimezone(), 1)
     s.executor._rescan_at = float("inf")
     try:
-        async with s.pool.connection() as conn:
-            return await s.executor._claim(conn, [], BATCH)
+        return await _claim(s.executor, s)
     finally:
         s.executor._after = None
         s.executor._rescan_at = 0.0
@@ -183,8 +186,7 @@ async def _claim_after(s: Session) -> object:
 
 async def _ack_in_claim(s: Session, jobs: list[Job]) -> object:
     """The batched acknowledgement of finished jobs, in the claim statement."""
-    async with s.pool.connection() as conn:
-        return await s.executor._claim(conn, jobs, BATCH)
+    return await _claim(s.executor, s, jobs)
 
 
 async def _on_conn(s: Session, call: Callable[[Any], Awaitable[object]]) -> object:
@@ -399,12 +401,11 @@ async def _nothing() -> None:
 def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(database_url: str) -> None:
     """bench/queue.py's raw SKIP LOCKED loop is the queue's ceiling: it must not fall into the
     trap either (its cached plan was a nested-loop semi join over Seq Scans, O(rows²))."""
-    from bench.queue import RAW_SCHEMA, raw_take
+    from bench.queue import RAW_SCHEMA, raw_connect, raw_take
 
     plans = Plans()
-    with psycopg.connect(
-        database_url, autocommit=True, options=f"-c statement_timeout={STATEMENT_TIMEOUT:g}s"
-    ) as conn:
+    with raw_connect(database_url) as conn:
+        conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT:g}s'")
         conn.execute("DROP TABLE IF EXISTS raw_jobs; DROP TYPE IF EXISTS job_state")
         conn.execute(RAW_SCHEMA)
         try:

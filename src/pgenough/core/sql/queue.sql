@@ -56,6 +56,15 @@ RETURNING queue
 -- Leave the staging table empty for the next call in the same transaction.
 TRUNCATE pgenough_enqueue_staging
 
+-- name: plan_each_claim
+-- The claim loop's connection, while the loop holds it: its prepared claims are planned at
+-- every execution, with their values and the table's current size (see worker._hold).
+SET plan_cache_mode = force_custom_plan
+
+-- name: plan_as_usual
+-- The claim loop's connection, going back to the pool.
+RESET plan_cache_mode
+
 -- name: claim
 -- Acknowledge finished jobs and claim up to %(limit)s ready ones in one round trip and one
 -- commit. A job is acknowledged only if it is still the same claim (state and attempts).
