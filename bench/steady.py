@@ -9,7 +9,8 @@ Run it from the repository root::
         --plot-held docs/img/queue-held-xmin.png   # the docs' images (nothing is drawn without)
 
 Burn-down figures flatter every queue: a backlog drained once never meets its own dead rows.
-This benchmark runs pgenough's batched worker (``ours``) and the raw SKIP LOCKED loop of
+This benchmark runs pgenough's batched worker (``ours``, its maintenance duties on as deployed: the
+vacuum duty among them) and the raw SKIP LOCKED loop of
 ``bench/queue.py`` (``raw``; its DELETE prepared but planned each time, on the claim index:
 ``bench.queue.RAW_OPTIONS``) one after the other, each in its own fresh database, with
 autovacuum ON (as users run it). If the server has it off, the benchmark turns it on with
@@ -327,9 +328,9 @@ def _ours_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> N
             now = time.time()
             starts.append((now, now - job.payload["t"]))
 
-        config = WorkerConfig(
-            queue=QUEUE, batch_size=spec.batch, concurrency=max(10, spec.batch), maintenance=None
-        )
+        # Its maintenance duties on, as deployed (the rescuer, the cleaner, the vacuum of the
+        # jobs table: MaintenanceConfig's defaults), once across the worker processes.
+        config = WorkerConfig(queue=QUEUE, batch_size=spec.batch, concurrency=max(10, spec.batch))
         worker = Worker(pool, {KIND: handler}, config)
         task = asyncio.create_task(worker.run())
         await worker.wait_listening()

@@ -27,6 +27,7 @@ from pydantic_settings import (
 
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core.db import default_data_dir
+from pgenough.core.maintenance import DEFAULT_VACUUM_DEAD_ROWS, DEFAULT_VACUUM_INTERVAL
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 from pgenough.plans.defaults import (
     DEFAULT_BULKHEAD_WAIT,
@@ -204,6 +205,17 @@ class Settings(BaseSettings):
 
     rescue_interval: float = Field(default=5.0, gt=0)
     clean_interval: float = Field(default=60.0, gt=0)
+    vacuum_interval: float = Field(
+        default=DEFAULT_VACUUM_INTERVAL,
+        ge=0,
+        description="Seconds between the vacuum duty's looks at the jobs table (0: autovacuum"
+        " alone).",
+    )
+    vacuum_dead_rows: int = Field(
+        default=DEFAULT_VACUUM_DEAD_ROWS,
+        ge=0,
+        description="Dead rows of the jobs table past which the vacuum duty vacuums it.",
+    )
     dead_retention: float = Field(default=7 * 24 * 3600.0, ge=0, description="Seconds.")
     message_retention: float = Field(default=3600.0, ge=0, description="Seconds.")
 
@@ -377,6 +389,8 @@ class Settings(BaseSettings):
             clean_interval=self.clean_interval,
             dead_retention=self.dead_retention,
             message_retention=self.message_retention,
+            vacuum_interval=self.vacuum_interval or None,
+            vacuum_dead_rows=self.vacuum_dead_rows,
         )
 
     def worker_config(self, **overrides: object) -> WorkerConfig:

@@ -1,4 +1,5 @@
-"""The rescuer and the cleaner, called directly; and the metrics they and workers keep."""
+"""The rescuer, the cleaner and the vacuum duty, called directly; and the metrics they and
+workers keep."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import (
     Job,
     MaintenanceConfig,
+    VacuumResult,
     Worker,
     WorkerConfig,
     clean,
     enqueue,
     get_job,
     rescue_expired,
+    vacuum_jobs,
 )
 
 pytestmark = pytest.mark.db
@@ -94,3 +97,47 @@ async def test_worker_counts_what_it_does(db: AsyncConnectionPool) -> None:
     assert sample("pgenough_jobs_failed_total", queue=queue) == 1
     assert sample("pgenough_jobs_dead_total", queue=queue) == 1
     assert sample("pgenough_job_duration_seconds_count", queue=queue) == 4
+
+
+async def _dead_rows(db: AsyncConnectionPool) -> int:
+    async with db.connection() as conn:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        cur = await conn.execute(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'pgenough.jobs'::regclass"
+        )
+        return int((await cur.fetchone())[0])  # type: ignore[index]
+
+
+async def test_the_vacuum_duty_vacuums_the_jobs_table_past_its_dead_rows(
+    db: AsyncConnectionPool,
+) -> None:
+    """5,000 jobs done (deleted): under the threshold it only looks, past it the table is
+    vacuumed and its dead rows are gone."""
+    async with db.connection() as conn:
+        await conn.execute("ALTER TABLE pgenough.jobs SET (autovacuum_enabled = false)")
+        try:
+            await conn.execute(
+                "INSERT INTO pgenough.jobs (kind) SELECT 'k' FROM generate_series(1, 5000)"
+            )
+            await conn.execute("DELETE FROM pgenough.jobs")
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+            await conn.execute("SELECT 1")  # the flush happens as this session goes idle
+            dead = await _dead_rows(db)
+            assert dead >= 5000
+            before = sample("pgenough_jobs_vacuums_total")
+            looked = await vacuum_jobs(conn, MaintenanceConfig(vacuum_dead_rows=dead + 1))
+            assert looked == VacuumResult(dead, vacuumed=False)
+            done = await vacuum_jobs(conn, MaintenanceConfig(vacuum_dead_rows=dead))
+            assert done == VacuumResult(dead, vacuumed=True)
+            assert await _dead_rows(db) == 0
+            assert sample("pgenough_jobs_vacuums_total") == before + 1
+        finally:
+            await conn.execute("ALTER TABLE pgenough.jobs RESET (autovacuum_enabled)")
+
+
+def test_workers_run_the_vacuum_duty_unless_told_not_to(db: AsyncConnectionPool) -> None:
+    duties = lambda config: set(Worker(db, {}, config).periodic._tasks)  # noqa: E731
+    assert "pgenough.vacuum" in duties(WorkerConfig())
+    assert "pgenough.vacuum" not in duties(
+        WorkerConfig(maintenance=MaintenanceConfig(vacuum_interval=None))
+    )

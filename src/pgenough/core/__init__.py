@@ -20,8 +20,10 @@ from pgenough.core.maintenance import (
     CleanResult,
     MaintenanceConfig,
     RescueResult,
+    VacuumResult,
     clean,
     rescue_expired,
+    vacuum_jobs,
 )
 from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Claim, Periodic, PeriodicTask
@@ -111,6 +113,7 @@ __all__ = [  # noqa: RUF022
     "TaskTimeout",
     "ThreadHandler",
     "Tick",
+    "VacuumResult",
     "Worker",
     "WorkerConfig",
     "WorkerStats",
@@ -141,4 +144,5 @@ __all__ = [  # noqa: RUF022
     "schema_version",
     "start_embedded",
     "subscribe",
+    "vacuum_jobs",
 ]

@@ -49,6 +49,10 @@ JOB_DURATION = Histogram(
     ["queue"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),
 )
+JOBS_VACUUMS = Counter(
+    "pgenough_jobs_vacuums",
+    "VACUUMs of the jobs table by the vacuum duty (once across workers per interval, when due).",
+)
 QUEUE_DEPTH = Gauge("pgenough_queue_depth", "Jobs in the queue by state.", ["queue", "state"])
 QUEUE_OLDEST_READY_AGE = Gauge(
     "pgenough_queue_oldest_ready_age_seconds",

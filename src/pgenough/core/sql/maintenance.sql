@@ -48,3 +48,13 @@ WHERE id IN (
 -- name: statement_timeout
 -- Bound one maintenance statement.
 SELECT set_config('statement_timeout', %(ms)s, true)
+
+-- name: jobs_dead_rows
+-- The jobs table's dead rows, as the statistics collector last counted them.
+SELECT coalesce(n_dead_tup, 0)
+FROM pg_stat_user_tables
+WHERE relid = 'pgenough.jobs'::regclass
+
+-- name: vacuum_jobs
+-- Reclaim the jobs table's dead rows now; a vacuum already running on it is not waited for.
+VACUUM (SKIP_LOCKED) pgenough.jobs
