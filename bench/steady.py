@@ -142,8 +142,18 @@ from bench.queue import (
     table,
 )
 
-from pgenough.core import Job, NewJob, Worker, WorkerConfig, enqueue_many, open_pool, start_embedded
+from pgenough.core import (
+    Job,
+    MaintenanceConfig,
+    NewJob,
+    Worker,
+    WorkerConfig,
+    enqueue_many,
+    open_pool,
+    start_embedded,
+)
 from pgenough.core.db import with_database
+from pgenough.core.maintenance import DEFAULT_VACUUM_INTERVAL
 
 T = TypeVar("T")
 Flag: TypeAlias = Any
@@ -222,6 +232,8 @@ class PhaseSpec:
     batch: int = 10
     fail_after: float | None = None
     """Debug (``--fail-worker-after``): the first worker raises this long after its start."""
+    vacuum_interval: float | None = DEFAULT_VACUUM_INTERVAL
+    """Ours: the vacuum duty's interval (None: off, autovacuum alone)."""
 
     @property
     def length(self) -> float:
@@ -235,6 +247,7 @@ class WorkerSpec:
     batch: int
     out: Path
     fail_after: float | None = None
+    vacuum_interval: float | None = DEFAULT_VACUUM_INTERVAL
 
 
 class PhaseFailed(Exception):
@@ -330,7 +343,12 @@ def _ours_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> N
 
         # Its maintenance duties on, as deployed (the rescuer, the cleaner, the vacuum of the
         # jobs table: MaintenanceConfig's defaults), once across the worker processes.
-        config = WorkerConfig(queue=QUEUE, batch_size=spec.batch, concurrency=max(10, spec.batch))
+        config = WorkerConfig(
+            queue=QUEUE,
+            batch_size=spec.batch,
+            concurrency=max(10, spec.batch),
+            maintenance=MaintenanceConfig(vacuum_interval=spec.vacuum_interval),
+        )
         worker = Worker(pool, {KIND: handler}, config)
         task = asyncio.create_task(worker.run())
         await worker.wait_listening()
@@ -503,6 +521,7 @@ def run_phase(ctx: SpawnContext, spec: PhaseSpec) -> PhaseResult:
                         spec.batch,
                         out,
                         spec.fail_after if n == 0 else None,
+                        spec.vacuum_interval,
                     ),
                     ready,
                     stop,
@@ -981,6 +1000,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-steady", action="store_true", help="no 50%%/90%% phases")
     parser.add_argument("--no-sustain", action="store_true", help="no sustained-capacity search")
     parser.add_argument("--no-hold", action="store_true", help="no held-xmin run")
+    parser.add_argument(
+        "--vacuum-interval",
+        type=float,
+        default=DEFAULT_VACUUM_INTERVAL,
+        help="ours: the vacuum duty's interval in s, 0 = off (default %(default)s, as deployed)",
+    )
     parser.add_argument("--no-alter-system", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--json", type=Path, default=None, help="also write a summary here")
@@ -1059,6 +1084,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"steps of {SUSTAIN_STEP:.1f}x (at most {args.sustain_phases}), "
         f"hold {hold:.0f} s (ramp {RAMP} of capacity), producer tick {TICK * 1000:.0f} ms"
     )
+    vacuum = f"every {args.vacuum_interval:g} s" if args.vacuum_interval else "off"
+    print(f"ours' vacuum duty: {vacuum} (--vacuum-interval)")
     if args.fail_worker_after is not None:
         print(f"debug: the first worker of every phase raises after {args.fail_worker_after:g} s")
     ctx = multiprocessing.get_context("spawn")
@@ -1112,6 +1139,7 @@ def measure(
             workers=args.workers,
             batch=args.batch,
             fail_after=args.fail_worker_after,
+            vacuum_interval=args.vacuum_interval or None,
             **kw,
         )
 
