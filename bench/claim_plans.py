@@ -14,8 +14,8 @@ its own, the modes taking turns in each of ``--rounds`` rounds:
 - ``prepared, planned full``: psycopg's default, the table full and analysed when the plan
   was cached: the generic plan is the index plan, the best case a prepared statement gets;
 - ``force_custom_plan``: prepared, the session's ``plan_cache_mode = force_custom_plan``
-  (planned at each execution, parsed once): what pgenough's claim loop does on the
-  connection it holds (``worker._Executor._hold``);
+  (planned at each execution, parsed once) and ``enable_sort = off``: what pgenough's claim
+  loop does on the connection it holds (``worker._Executor._hold``);
 - ``unprepared``: ``prepare=False`` (``PLAN_EACH_TIME``): parsed and planned at each
   execution, no session setting: what pgenough does for its other hot statements;
 - ``prepared, planned empty``: the trap: primed on the empty analysed table, then the burst;
@@ -96,7 +96,9 @@ def params_for(batch: int) -> dict[str, Any]:
 def drain(url: str, mode: str, jobs: int, batch: int) -> tuple[float, float, float]:
     """(jobs/s, seconds, backend CPU seconds per job) of one drain in ``mode``."""
     load_jobs(url, jobs)
-    options = "-c plan_cache_mode=force_custom_plan" if mode == "force_custom_plan" else ""
+    # As the worker's claim loop holds its connection (worker._Executor._hold).
+    custom = "-c plan_cache_mode=force_custom_plan -c enable_sort=off"
+    options = custom if mode == "force_custom_plan" else ""
     prepare = False if mode == "unprepared" else None
     with psycopg.connect(url, autocommit=True, options=options) as conn:
         pid = conn.info.backend_pid

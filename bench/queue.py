@@ -407,10 +407,12 @@ WHERE id IN (
 )
 RETURNING id, queue, kind, payload, priority, attempts, max_attempts, run_at, created_at
 """
-RAW_OPTIONS = "-c plan_cache_mode=force_custom_plan"
-"""The raw loop's sessions: ``RAW_TAKE`` is prepared (parsed once) and planned at every
-execution, with its values and the table's current size, so always on the claim index, as the
-product's claim loop holds its connection (``worker._Executor._hold``). psycopg prepares a
+RAW_OPTIONS = "-c plan_cache_mode=force_custom_plan -c enable_sort=off"
+"""The raw loop's sessions: ``RAW_TAKE`` is prepared (parsed once), planned at every
+execution, with its values and the table's current size, and never with a Sort, so always on
+the claim index, as the product's claim loop holds its connection
+(``worker._Executor._hold``, which says why a Sort is ruled out: a vacuum between two bursts
+leaves statistics under which a Seq Scan and a Sort of the table look cheaper). psycopg prepares a
 statement after 5 executions, and PostgreSQL may then cache a *generic* plan, built for no
 particular values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans,
 O(rows²) per claim (claims ran for minutes in steady state; forced generic, one claim on 20,000

@@ -100,11 +100,18 @@ class Session:
 
 
 @pytest.fixture
-async def session(db: AsyncConnectionPool, database_url: str) -> AsyncIterator[Session]:
+async def session(
+    db: AsyncConnectionPool, database_url: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Session]:
     # A statement on the plan this test guards against runs for minutes (a heartbeat's
     # nested loop over two Seq Scans: an hour): bounded, a regression fails, not hangs.
     pool = await open_pool(
-        database_url, min_size=1, max_size=1, name="plan-test", statement_timeout=STATEMENT_TIMEOUT
+        database_url,
+        min_size=1,
+        max_size=1,
+        name="plan-test",
+        statement_timeout=STATEMENT_TIMEOUT,
+        prepared_statements=getattr(request, "param", True),
     )
     plans = Plans()
     async with pool.connection() as conn:
@@ -347,11 +354,28 @@ HISTORIES = [
     "analysed empty",
     "analysed with 100 dead jobs",
     "analysed busy: 20k ready, none running",
+    "vacuumed nearly empty after a burst",
 ]
 
 
 @pytest.mark.parametrize("history", HISTORIES)
 async def test_hot_statements_keep_an_index_plan_after_a_burst(
+    db: AsyncConnectionPool, session: Session, history: str
+) -> None:
+    await _hot_statements_after_a_burst(db, session, history)
+
+
+@pytest.mark.parametrize("session", [False], indirect=True, ids=["unprepared"])
+@pytest.mark.parametrize("history", HISTORIES[-1:])
+async def test_hot_statements_keep_an_index_plan_on_a_pool_that_does_not_prepare(
+    db: AsyncConnectionPool, session: Session, history: str
+) -> None:
+    """``open_pool(prepared_statements=False)`` (behind a transaction pooler): the claim
+    loop leaves the session's settings alone, and the claim rules out a Sort all the same."""
+    await _hot_statements_after_a_burst(db, session, history)
+
+
+async def _hot_statements_after_a_burst(
     db: AsyncConnectionPool, session: Session, history: str
 ) -> None:
     """The last history is not about cached plans: planned at each execution, the statements
@@ -373,6 +397,19 @@ async def test_hot_statements_keep_an_index_plan_after_a_burst(
                 "INSERT INTO pgenough.jobs (kind, queue)"
                 " SELECT 'k', 'elsewhere' FROM generate_series(1, 20000)"
             )
+        elif history.startswith("vacuumed"):
+            # A busy queue between two bursts, as (auto)vacuum finds it: its pages full of
+            # dead rows and a few live ones on pages across the table, so the table keeps its
+            # pages while its statistics say 20 rows. An index with 20 rows in 1,000 pages
+            # looks like 50 pages a row: at each execution the claim was then planned as a
+            # Seq Scan and a Sort of the table (on 150k ready jobs, 208 ms a claim), until
+            # an ANALYZE of the next burst.
+            await conn.execute(
+                "INSERT INTO pgenough.jobs (kind) SELECT 'k' FROM generate_series(1, %s)",
+                (ROWS,),
+            )
+            await conn.execute("DELETE FROM pgenough.jobs WHERE id % 10000 <> 0")
+            await conn.execute("VACUUM pgenough.jobs")
         await conn.execute("ANALYZE pgenough.jobs")
     for hot in HOT:
         for _ in range(PRIMES):
@@ -416,9 +453,12 @@ async def _nothing() -> None:
     pass
 
 
-def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(database_url: str) -> None:
+@pytest.mark.parametrize("history", ["analysed empty", "vacuumed nearly empty after a burst"])
+def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(
+    database_url: str, history: str
+) -> None:
     """bench/queue.py's raw SKIP LOCKED loop is the queue's ceiling: it must not fall into the
-    trap either (its cached plan was a nested-loop semi join over Seq Scans, O(rows²))."""
+    traps either (its cached plan was a nested-loop semi join over Seq Scans, O(rows²))."""
     from bench.queue import RAW_SCHEMA, raw_connect, raw_take
 
     plans = Plans()
@@ -428,6 +468,14 @@ def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(database_u
         conn.execute(RAW_SCHEMA)
         try:
             conn.execute("ALTER TABLE raw_jobs SET (autovacuum_enabled = false)")
+            if history.startswith("vacuumed"):  # as in the product's test above
+                conn.execute(
+                    "INSERT INTO raw_jobs (kind, payload)"
+                    " SELECT 'k', '{}' FROM generate_series(1, %s)",
+                    (ROWS,),
+                )
+                conn.execute("DELETE FROM raw_jobs WHERE id % 10000 <> 0")
+                conn.execute("VACUUM raw_jobs")
             conn.execute("ANALYZE raw_jobs")
             try:
                 conn.execute("LOAD 'auto_explain'")
@@ -439,8 +487,8 @@ def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(database_u
             conn.execute("SET auto_explain.log_format = json")
             conn.execute("SET auto_explain.log_level = notice")
             conn.add_notice_handler(plans.on_notice)
-            for _ in range(PRIMES):
-                assert raw_take(conn, BATCH) == []
+            left = ROWS // 10000 if history.startswith("vacuumed") else 0
+            assert sum(len(raw_take(conn, BATCH)) for _ in range(PRIMES)) == left
             conn.execute(
                 "INSERT INTO raw_jobs (kind, payload)"
                 " SELECT 'k', jsonb_build_object('n', n) FROM generate_series(1, %s) n",

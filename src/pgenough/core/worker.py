@@ -313,12 +313,21 @@ class _Executor:
         second: parsing it each time costs about 11 µs of backend CPU a job at batch 10) and
         planned at each execution all the same (``plan_cache_mode``, this session only, for
         as long as the loop holds it): never on a generic plan cached while the table was
-        empty (see ``_sql.PLAN_EACH_TIME``). Payloads decode with ``PayloadLoader`` (on a
-        cursor per claim, registering would copy psycopg's loader map each round trip).
+        empty (see ``_sql.PLAN_EACH_TIME``). And never with a Sort (``enable_sort``, likewise):
+        a vacuum that finds the table between two bursts records a few live rows in a table
+        and a claim index of thousands of pages, and with those statistics the planner
+        prices the index at dozens of pages a row and picks a Seq Scan and a Sort of the
+        whole table, at every execution, until the next ANALYZE; without a Sort, the claim
+        index's order is the only way to its first rows.
+        On a connection that does not prepare (``open_pool(prepared_statements=False)``,
+        behind a transaction pooler) the session is left alone and the claim sets
+        ``enable_sort`` for its own transaction instead (``_claim``). Payloads decode with
+        ``PayloadLoader`` (on a cursor per claim, registering would copy psycopg's loader map
+        each round trip).
         """
         conn = await self.pool.getconn()
         try:
-            if conn.prepare_threshold is not None:  # else nothing is prepared: custom plans
+            if conn.prepare_threshold is not None:  # else _claim sets it per transaction
                 await conn.execute(_Q["plan_each_claim"])
         except BaseException:
             await self.pool.putconn(conn)
@@ -330,10 +339,11 @@ class _Executor:
     ) -> None:
         """Give the claim loop's connection back to the pool as it was."""
         _set_jsonb_loader(conn, restore)
-        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if not conn.closed and idle and conn.prepare_threshold is not None:
+        if not conn.closed and conn.prepare_threshold is not None:
             # A broken connection fails here too; the pool discards it.
             with contextlib.suppress(psycopg.Error):
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await conn.rollback()  # else the pool would, and keep the settings
                 await conn.execute(_Q["plan_as_usual"])
         await self.pool.putconn(conn)
 
@@ -363,17 +373,24 @@ class _Executor:
         }
         full = self._after is None or not limit or now >= self._rescan_at
         if full:
-            cur = await conn.execute(_Q["claim"], params)  # planned each time: see _hold
+            query = _Q["claim"]
             if limit:
                 self._rescan_at = now + RESCAN_INTERVAL
         else:
             assert self._after is not None
             priority, run_at, after_id = self._after
-            cur = await conn.execute(
-                _Q["claim_after"],
-                {**params, "priority": priority, "after_run_at": run_at, "after_id": after_id},
-            )
-        rows = await cur.fetchall()
+            query = _Q["claim_after"]
+            params.update(priority=priority, after_run_at=run_at, after_id=after_id)
+        if conn.prepare_threshold is not None:
+            # Planned each time and without a Sort: the session is set up for it (_hold).
+            rows = await (await conn.execute(query, params)).fetchall()
+        else:
+            # Unprepared, perhaps behind a transaction pooler whose server connections are
+            # shared: the planner setting lasts this transaction only (three round trips
+            # more than the claim itself).
+            async with conn.transaction():
+                await conn.execute(_Q["claim_without_sort"])
+                rows = await (await conn.execute(query, params)).fetchall()
         self._rescan_pending = not full and len(rows) < limit
         jobs = [job_from_row(row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))

@@ -57,13 +57,20 @@ RETURNING queue
 TRUNCATE pgenough_enqueue_staging
 
 -- name: plan_each_claim
--- The claim loop's connection, while the loop holds it: its prepared claims are planned at
--- every execution, with their values and the table's current size (see worker._hold).
-SET plan_cache_mode = force_custom_plan
+-- The claim loop's connection, while the loop holds it (see worker._hold): its prepared
+-- claims are planned at every execution, with their values and the table's current size,
+-- and never with a Sort, so the claim index's order is the only way to the first jobs.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
+       set_config('enable_sort', 'off', false)
 
 -- name: plan_as_usual
--- The claim loop's connection, going back to the pool.
-RESET plan_cache_mode
+-- The claim loop's connection, going back to the pool: both settings as RESET leaves them.
+SELECT set_config(name, reset_val, false) FROM pg_settings
+WHERE name IN ('plan_cache_mode', 'enable_sort')
+
+-- name: claim_without_sort
+-- The claim's planner setting for its own transaction, where the session is not ours to set.
+SET LOCAL enable_sort = off
 
 -- name: claim
 -- Acknowledge finished jobs and claim up to %(limit)s ready ones in one round trip and one
