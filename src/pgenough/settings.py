@@ -41,6 +41,8 @@ from pgenough.plans.defaults import (
     DEFAULT_PRESSURE_INTERVAL,
     DEFAULT_PRESSURE_THRESHOLD,
     DEFAULT_READ_TIMEOUT,
+    DEFAULT_READY_FULL_AFTER,
+    DEFAULT_STREAM_STALL_TIMEOUT,
 )
 
 if TYPE_CHECKING:
@@ -233,6 +235,14 @@ class Settings(BaseSettings):
         description="Seconds a search may wait in line for a bulkhead slot before 503 TOO_BUSY"
         " (0: refused at once when every slot is taken).",
     )
+    api_max_concurrent_streams: int | None = Field(
+        default=None,
+        ge=1,
+        description="Of the api_max_concurrent_searches slots, how many may be held by answers"
+        " streamed past their first page (a /search without limit); beyond it such a search"
+        " gets 503 TOO_BUSY at once. Unset: half the slots, so first pages always have the"
+        " rest.",
+    )
     api_search_timeout: float = Field(
         default=2.0,
         gt=0,
@@ -245,11 +255,23 @@ class Settings(BaseSettings):
         description="Seconds a /search without limit may take to send every event (each "
         "page of it still within api_search_timeout); beyond it the response is cut.",
     )
+    api_stream_stall_timeout: float = Field(
+        default=DEFAULT_STREAM_STALL_TIMEOUT,
+        gt=0,
+        description="Seconds a streamed /search may wait for the client to take one page;"
+        " beyond it the connection is reset and the slot, connection and snapshot freed.",
+    )
     api_pool_timeout: float = Field(
         default=1.0, gt=0, description="Seconds a request waits for a database connection."
     )
     api_ready_timeout: float = Field(
         default=1.0, gt=0, description="Seconds /health/ready gives its SELECT 1."
+    )
+    api_ready_full_after: float = Field(
+        default=DEFAULT_READY_FULL_AFTER,
+        ge=0,
+        description="Seconds every search slot may stay taken before /health/ready answers"
+        " 503 (0: readiness ignores the bulkhead).",
     )
     api_cache_size: int = Field(
         default=256, ge=0, description="First-page responses cached, at most (0: no cache)."

@@ -134,3 +134,54 @@ async def test_a_slot_handed_over_as_the_wait_ends_is_not_lost() -> None:
 def test_a_negative_wait_is_refused() -> None:
     with pytest.raises(ValueError, match="max_wait"):
         Bulkhead(1, max_wait=-1)
+
+
+async def test_streams_take_at_most_their_share_of_the_slots() -> None:
+    bulkhead = Bulkhead(4, max_streams=2)
+    release = asyncio.Event()
+    streaming: list[str] = []
+
+    async def stream(name: str) -> None:
+        async with bulkhead.slot():
+            with bulkhead.stream():
+                streaming.append(name)
+                await release.wait()
+
+    tasks = [asyncio.create_task(stream(str(i))) for i in range(3)]
+    done, _ = await asyncio.wait(tasks, timeout=1, return_when=asyncio.FIRST_EXCEPTION)
+    refused = [t for t in done if t.exception() is not None]
+    assert len(refused) == 1 and isinstance(refused[0].exception(), TooBusy)
+    assert "streaming at once" in str(refused[0].exception())
+    assert bulkhead.streams == 2 and bulkhead.in_use == 2  # the refused one left its slot
+    async with bulkhead.slot():  # a first page still gets one
+        assert bulkhead.in_use == 3
+    release.set()
+    await asyncio.gather(*(t for t in tasks if t not in refused))
+    assert bulkhead.streams == 0 and bulkhead.in_use == 0
+
+
+def test_the_default_share_of_streams_is_half_the_slots_and_at_least_one() -> None:
+    assert [Bulkhead(n).max_streams for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="max_streams"):
+            Bulkhead(4, max_streams=bad)
+
+
+async def test_full_for_counts_while_every_slot_is_taken() -> None:
+    bulkhead = Bulkhead(2, max_wait=1.0)
+    release = asyncio.Event()
+    log: list[str] = []
+    first = asyncio.create_task(hold(bulkhead, release, log, "a"))
+    await asyncio.sleep(0.01)
+    assert bulkhead.full_for() == 0.0  # one slot free
+    second = asyncio.create_task(hold(bulkhead, release, log, "b"))
+    waiter = asyncio.create_task(hold(bulkhead, asyncio.Event(), log, "c"))
+    await asyncio.sleep(0.05)
+    assert bulkhead.full_for() >= 0.04
+    release.set()  # a hands its slot to c: still full, and still counting
+    await asyncio.gather(first, second)
+    assert bulkhead.in_use == 1 and bulkhead.full_for() == 0.0
+    await asyncio.sleep(0.01)  # c resumes holding its slot
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter

@@ -8,7 +8,15 @@
   again, and every page after it, from one snapshot (``REPEATABLE READ READ ONLY``), and
   streamed page by page, so the API holds one page at a time however many events match.
   While it streams, the search keeps its bulkhead slot and its connection; each page is
-  bounded by the statement timeout and the whole stream by ``stream_timeout``.
+  bounded by the statement timeout, the whole stream by ``stream_timeout``, and the wait for
+  the client to take each page by ``stall_timeout``. At most the bulkhead's ``max_streams``
+  searches stream at once; one more is refused (503) before anything is sent.
+
+A client that stops reading would otherwise hold its slot, its connection and its snapshot
+(an xmin horizon that keeps vacuum from removing dead rows on the whole database) until
+``stream_timeout``: past ``stall_timeout`` the stream is cut and the connection reset at once
+(the server's ``ABORT`` extension, ``pgenough.api.server``), since a close would wait for the
+client to read what is buffered.
 
 A stream cut after its status line was sent (a page past its statement timeout, the stream
 past ``stream_timeout``, the database gone) cannot become an error response: the connection
@@ -47,6 +55,13 @@ SUFFIX: Final = b']},"error":null}'
 MEDIA_TYPE: Final = "application/json"
 INCOMPLETE: Final = "ASGI callable returned without completing response."
 """What uvicorn logs when an app ends a response early, as a cut stream does on purpose."""
+ABORT: Final = "pgenough.abort"
+"""The scope extension (``scope["extensions"][ABORT]``, a callable) that resets the client's
+connection, dropping what is buffered for it; servers without it close it instead."""
+
+
+class _Stalled(Exception):
+    """The client did not take a page within the stall timeout."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,7 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
             if streamed and page.more:
                 # Too large for one piece: every page, this one again, from one snapshot. A
                 # range that fits one page (the common search) pays no BEGIN and ROLLBACK.
+                stack.enter_context(api.bulkhead.stream())
                 await conn.execute(Q["snapshot"])
                 stack.push_async_callback(_end_snapshot, conn)
                 page = await fetch_page(conn, query, query.after, query.offset)
@@ -123,7 +139,15 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
     except BaseException:
         await stack.aclose()
         raise
-    return Stream(query, conn, page, stack, config.stream_timeout, head=head)
+    return Stream(
+        query,
+        conn,
+        page,
+        stack,
+        config.stream_timeout,
+        config.stream_stall_timeout,
+        head=head,
+    )
 
 
 class Stream(Response):
@@ -140,17 +164,22 @@ class Stream(Response):
         first: Page,
         stack: AsyncExitStack,
         timeout: float,
+        stall_timeout: float,
         *,
         head: bool = False,
     ) -> None:
         super().__init__(None, media_type=MEDIA_TYPE)
-        # No Content-Length: the length is known only at the end (chunked transfer).
+        # No Content-Length: the length is known only at the end (chunked transfer). A HEAD
+        # answer says so too, as the GET does (uvicorn adds it only when a body follows).
         self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        if head:
+            self.raw_headers.append((b"transfer-encoding", b"chunked"))
         self.query = query
         self.conn = conn
         self.first = first
         self.stack = stack
         self.timeout = timeout
+        self.stall_timeout = stall_timeout
         self.head = head
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -162,28 +191,45 @@ class Stream(Response):
             gone = asyncio.Event()
             watcher = asyncio.create_task(_until_disconnect(receive, gone))
             try:
-                await self._stream(send, gone)
+                stalled = await self._stream(send, gone)
             finally:
                 watcher.cancel()
+            if stalled:
+                abort = scope.get("extensions", {}).get(ABORT)
+                if abort is not None:
+                    abort()
 
-    async def _stream(self, send: Send, gone: asyncio.Event) -> None:
+    async def _send(self, send: Send, body: bytes, *, more: bool = True) -> None:
+        try:
+            async with asyncio.timeout(self.stall_timeout):
+                await send({"type": "http.response.body", "body": body, "more_body": more})
+        except TimeoutError:
+            raise _Stalled from None
+
+    async def _stream(self, send: Send, gone: asyncio.Event) -> bool:
+        """Send every page; True when the client stalled (its connection should be reset)."""
         started = time.monotonic()
         page, pages = self.first, 1
         try:
             async with asyncio.timeout(self.timeout):
-                body = PREFIX + page.events.encode()
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await self._send(send, PREFIX + page.events.encode())
                 while page.last is not None:
                     page = await fetch_page(self.conn, self.query, page.last, 0)
                     pages += 1
                     if gone.is_set():
-                        return  # the client left: nobody to send the rest to
+                        return False  # the client left: nobody to send the rest to
                     body = b"," + page.events.encode() if page.events else b""
                     if page.last is None:
-                        await send({"type": "http.response.body", "body": body + SUFFIX})
-                        return
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-            return
+                        await self._send(send, body + SUFFIX, more=False)
+                        return False
+                    await self._send(send, body)
+            return False
+        except _Stalled:
+            reason = "stall"
+            why = (
+                "the client took no page within PGENOUGH_API_STREAM_STALL_TIMEOUT"
+                f" ({self.stall_timeout:g} s)"
+            )
         except TimeoutError:
             reason, why = "timeout", f"past PGENOUGH_API_STREAM_TIMEOUT ({self.timeout:g} s)"
         except psycopg.errors.QueryCanceled:
@@ -200,6 +246,7 @@ class Stream(Response):
         )
         # Returning without the final body message makes the server close the connection
         # without the last chunk: the client cannot take the partial body for a whole one.
+        return reason == "stall"
 
 
 async def _until_disconnect(receive: Receive, gone: asyncio.Event) -> None:

@@ -48,10 +48,13 @@ def api_config(settings: Settings) -> ApiConfig:
         pool_max_size=settings.pool_max_size,
         max_concurrent_searches=settings.api_max_concurrent_searches,
         bulkhead_wait=settings.api_bulkhead_wait,
+        max_concurrent_streams=settings.api_max_concurrent_streams,
         search_timeout=settings.api_search_timeout,
         stream_timeout=settings.api_stream_timeout,
+        stream_stall_timeout=settings.api_stream_stall_timeout,
         pool_timeout=settings.api_pool_timeout,
         ready_timeout=settings.api_ready_timeout,
+        ready_full_after=settings.api_ready_full_after,
         cache_size=settings.api_cache_size,
         cache_ttl=settings.api_cache_ttl,
         search_delay=settings.api_search_delay,
@@ -115,7 +118,9 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
     listener: asyncio.Task[None] | None = None
     publisher: asyncio.Task[None] | None = None
-    bulkhead = Bulkhead(config.max_concurrent_searches, config.bulkhead_wait)
+    bulkhead = Bulkhead(
+        config.max_concurrent_searches, config.bulkhead_wait, config.max_concurrent_streams
+    )
     try:
         if config.cache_enabled:
             listening = asyncio.Event()

@@ -6,14 +6,21 @@ searches/s, bursts of a few milliseconds fill 8 slots while the mean load is hal
 those requests got 503 although a slot freed a moment later. So at most ``limit`` searches may
 wait, each at most ``max_wait`` seconds, in arrival order; beyond that, or after it, 503
 TOO_BUSY with Retry-After. Nothing to recover: a slot frees when its search ends.
+
+An answer streamed past its first page holds its slot (and its connection and snapshot) for as
+long as the client takes to read it, so at most ``max_streams`` of the slots may be streams: a
+client that opens many full-range searches and reads them slowly (or not at all) leaves the
+other slots to first pages. A search that would stream past that share is refused at once,
+before anything is sent. ``full_for`` is how long every slot has been taken, for readiness.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from pgenough.api import metrics
 from pgenough.api.errors import TooBusy
@@ -22,14 +29,20 @@ from pgenough.api.errors import TooBusy
 class Bulkhead:
     """Slots for one event loop (the API's single worker process); no lock is needed."""
 
-    def __init__(self, limit: int, max_wait: float = 0.0) -> None:
+    def __init__(self, limit: int, max_wait: float = 0.0, max_streams: int | None = None) -> None:
         if limit < 1:
             raise ValueError("a bulkhead needs at least one slot")
         if max_wait < 0:
             raise ValueError("a bulkhead's max_wait must be >= 0")
+        max_streams = default_max_streams(limit) if max_streams is None else max_streams
+        if not 1 <= max_streams <= limit:
+            raise ValueError("a bulkhead's max_streams must be between 1 and its limit")
         self.limit = limit
         self.max_wait = max_wait
+        self.max_streams = max_streams
         self.in_use = 0
+        self.streams = 0
+        self._full_since: float | None = None
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.rejected = 0
         self._peak = 0
@@ -43,6 +56,8 @@ class Bulkhead:
             await self._wait_in_line()
         else:
             self.in_use += 1
+            if self.in_use == self.limit:
+                self._full_since = time.monotonic()
         self._peak = max(self._peak, self.in_use)
         metrics.SEARCHES_IN_FLIGHT.inc()
         try:
@@ -84,6 +99,30 @@ class Bulkhead:
                 waiter.set_result(None)
                 return
         self.in_use -= 1
+        self._full_since = None
+
+    @contextmanager
+    def stream(self) -> Iterator[None]:
+        """Mark a search that holds a slot as a stream for the block, or raise ``TooBusy``
+        when ``max_streams`` already stream."""
+        if self.streams >= self.max_streams:
+            metrics.STREAMS_REFUSED.inc()
+            raise TooBusy(
+                f"too many answers streaming at once (limit {self.max_streams}); retry in a"
+                " moment, or ask for pages with limit and follow the Link header"
+            )
+        self.streams += 1
+        metrics.STREAMS_IN_FLIGHT.inc()
+        try:
+            yield
+        finally:
+            metrics.STREAMS_IN_FLIGHT.dec()
+            self.streams -= 1
+
+    def full_for(self) -> float:
+        """Seconds every slot has been taken without a break; 0 when one is free."""
+        since = self._full_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _refuse(self) -> None:
         self.rejected += 1
@@ -102,3 +141,8 @@ class Bulkhead:
         if peak <= floor:
             return 0.0
         return min(1.0, (peak - floor) / (self.limit - floor))
+
+
+def default_max_streams(limit: int) -> int:
+    """Half the slots (at least one): the other half stays for first pages."""
+    return max(1, limit // 2)

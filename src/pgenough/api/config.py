@@ -11,6 +11,8 @@ from pgenough.plans.defaults import (
     DEFAULT_BULKHEAD_WAIT,
     DEFAULT_PRESSURE_INTERVAL,
     DEFAULT_PRESSURE_THRESHOLD,
+    DEFAULT_READY_FULL_AFTER,
+    DEFAULT_STREAM_STALL_TIMEOUT,
 )
 
 DEFAULT_MAX_CONCURRENT_SEARCHES: Final = 8
@@ -33,10 +35,15 @@ class ApiConfig:
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
     max_concurrent_searches: int = DEFAULT_MAX_CONCURRENT_SEARCHES
     bulkhead_wait: float = DEFAULT_BULKHEAD_WAIT
+    max_concurrent_streams: int | None = None
+    """Of the search slots, how many may stream past a first page; None: half of them."""
     search_timeout: float = DEFAULT_SEARCH_TIMEOUT
     stream_timeout: float = DEFAULT_STREAM_TIMEOUT
+    stream_stall_timeout: float = DEFAULT_STREAM_STALL_TIMEOUT
     pool_timeout: float = DEFAULT_POOL_TIMEOUT
     ready_timeout: float = DEFAULT_READY_TIMEOUT
+    ready_full_after: float = DEFAULT_READY_FULL_AFTER
+    """0: readiness never looks at the bulkhead."""
     cache_size: int = DEFAULT_CACHE_SIZE
     cache_ttl: float = DEFAULT_CACHE_TTL
     publish_pressure: bool = True
@@ -55,7 +62,21 @@ class ApiConfig:
                 " the API keeps connections free for /health/ready; raise"
                 " PGENOUGH_POOL_MAX_SIZE or lower PGENOUGH_API_MAX_CONCURRENT_SEARCHES"
             )
-        for name in ("search_timeout", "stream_timeout", "pool_timeout", "ready_timeout"):
+        streams = self.max_concurrent_streams
+        if streams is not None and not 1 <= streams <= self.max_concurrent_searches:
+            raise ApiConfigError(
+                f"api_max_concurrent_streams ({streams}) must be between 1 and"
+                f" api_max_concurrent_searches ({self.max_concurrent_searches})"
+            )
+        if self.ready_full_after < 0:
+            raise ApiConfigError("api_ready_full_after must be >= 0")
+        for name in (
+            "search_timeout",
+            "stream_timeout",
+            "stream_stall_timeout",
+            "pool_timeout",
+            "ready_timeout",
+        ):
             if not getattr(self, name) > 0:
                 raise ApiConfigError(f"api_{name} must be greater than 0")
         if self.cache_size < 0 or self.cache_ttl < 0 or self.search_delay < 0:

@@ -1,4 +1,9 @@
-"""Operations endpoints: liveness, readiness (the database answers) and Prometheus metrics."""
+"""Operations endpoints: liveness, readiness (the database answers, and searches are not
+shut out) and Prometheus metrics.
+
+Readiness also fails while every search slot has been taken for longer than
+``ready_full_after``: an instance whose slots are all held (by slow streams, say) answers
+no uncached search, and a load balancer should send searches elsewhere until it does."""
 
 from __future__ import annotations
 
@@ -40,10 +45,21 @@ async def live() -> Response:
     response_class=JSONResponse,
     responses={
         200: {"model": StatusResponse, "description": "A SELECT 1 answered in time."},
-        503: {"model": ErrorResponse, "description": "UNAVAILABLE: the database did not."},
+        503: {
+            "model": ErrorResponse,
+            "description": "UNAVAILABLE: the database did not, or every search slot has been"
+            " taken for longer than PGENOUGH_API_READY_FULL_AFTER.",
+        },
     },
 )
 async def ready(api: ApiDep) -> Response:
+    full_after = api.config.ready_full_after
+    full_for = api.bulkhead.full_for()
+    if full_after and full_for > full_after:
+        raise Unavailable(
+            f"every search slot has been taken for {full_for:.1f} s"
+            f" (more than PGENOUGH_API_READY_FULL_AFTER, {full_after:g} s)"
+        )
     timeout = api.config.ready_timeout
     try:
         async with asyncio.timeout(timeout), api.pool.connection(timeout=timeout) as conn:

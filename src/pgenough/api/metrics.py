@@ -19,13 +19,21 @@ BULKHEAD_REJECTIONS = Counter(
     "pgenough_api_bulkhead_rejections", "Searches refused with 503 because the bulkhead was full."
 )
 SEARCHES_IN_FLIGHT = Gauge("pgenough_api_searches_in_flight", "Searches running in PostgreSQL.")
+STREAMS_IN_FLIGHT = Gauge(
+    "pgenough_api_streams_in_flight",
+    "Searches without limit streaming past their first page (each holds a search slot).",
+)
+STREAMS_REFUSED = Counter(
+    "pgenough_api_streams_refused",
+    "Searches without limit refused with 503 because api_max_concurrent_streams already streamed.",
+)
 SEARCH_TIMEOUTS = Counter(
     "pgenough_api_search_timeouts", "Searches cancelled by their statement timeout (503)."
 )
 STREAMS_CUT = Counter(
     "pgenough_api_streams_cut",
     "Searches without limit whose streamed body was cut (the client got a truncated "
-    "transfer), by reason (timeout, statement_timeout, database).",
+    "transfer), by reason (stall, timeout, statement_timeout, database).",
     ["reason"],
 )
 CACHE_HITS = Counter("pgenough_api_cache_hits", "First-page searches answered from the cache.")

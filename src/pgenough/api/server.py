@@ -1,7 +1,13 @@
-"""uvicorn's server, taught to end the dashboard's live streams when it stops, and not to log
-an error for a search stream it cut on purpose (``pgenough.api.answer``); and, as every
-pgenough server, to exit 0 after a graceful stop and to serve a socket bound beforehand
-(``pgenough.graceful``).
+"""uvicorn's server, taught to end the dashboard's live streams when it stops, not to log
+an error for a search stream it cut on purpose, and to let such a stream reset its client's
+connection (``pgenough.api.answer``); and, as every pgenough server, to exit 0 after a
+graceful stop and to serve a socket bound beforehand (``pgenough.graceful``).
+
+The reset: uvicorn closes the connection of a response that ended early, and asyncio's close
+first waits until the client has read every byte buffered for it, which a client that stopped
+reading never does, so its socket and buffers would stay until the client goes. The server's
+HTTP protocol (httptools', which uvicorn picks when it is installed, as it is with pgenough)
+offers each request ``transport.abort`` as the ``answer.ABORT`` scope extension.
 
 An event stream never finishes on its own, and uvicorn waits for every open response before
 it runs the lifespan's shutdown (where the streams would otherwise end): without this a
@@ -14,9 +20,11 @@ import logging
 import socket
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from pgenough.api.answer import IncompleteFilter
+from pgenough.api.answer import ABORT, IncompleteFilter
 from pgenough.api.ui import end_streams
 from pgenough.graceful import GracefulServer
 from pgenough.httpserver import base_url
@@ -24,9 +32,20 @@ from pgenough.httpserver import base_url
 log = logging.getLogger(__name__)
 
 
+class ResettableHttpTools(HttpToolsProtocol):
+    """httptools' protocol, with ``answer.ABORT`` in each request's scope extensions."""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+        extensions[ABORT] = self.transport.abort
+
+
 class ApiServer(GracefulServer):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: uvicorn.Config) -> None:
+        if config.http == "auto":  # uvicorn's own choice, since httptools is installed
+            config.http = ResettableHttpTools
+        super().__init__(config)
         logging.getLogger("uvicorn.error").addFilter(IncompleteFilter())
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:

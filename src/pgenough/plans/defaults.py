@@ -31,3 +31,8 @@ DEFAULT_PRESSURE_INTERVAL: Final = 0.1
 DEFAULT_BULKHEAD_WAIT: Final = 0.1
 """Seconds a search may wait in line for one of the API's slots: long enough to ride out a
 burst of a few milliseconds, short against a client's patience."""
+DEFAULT_STREAM_STALL_TIMEOUT: Final = 10.0
+"""Seconds one page of a streamed search may wait for the client to take it: a reader at a
+few hundred kbit/s never waits that long for a page, one that stopped reading is cut."""
+DEFAULT_READY_FULL_AFTER: Final = 10.0
+"""Seconds every search slot may stay taken before /health/ready reports it."""
