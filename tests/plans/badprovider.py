@@ -193,12 +193,16 @@ def paced(body: bytes, per_second: int) -> Behaviour:
     return behave
 
 
-def streamed(parts: Callable[[], Iterable[bytes]]) -> Behaviour:
-    """A chunked body made of ``parts()`` as it is generated (documents of any size)."""
+def streamed(parts: Callable[[], Iterable[bytes]], *, gzip: bool = False) -> Behaviour:
+    """A chunked body made of ``parts()`` as it is generated (documents of any size);
+    ``gzip`` compresses it as it goes (``Content-Encoding: gzip``), never holding it whole."""
 
     def behave(client: socket.socket, request: Request, server: BadProvider) -> None:
-        client.sendall(_head(200, {"Transfer-Encoding": "chunked"}))
-        for part in parts():
+        headers = {"Transfer-Encoding": "chunked"}
+        if gzip:
+            headers["Content-Encoding"] = "gzip"
+        client.sendall(_head(200, headers))
+        for part in _gzip_stream(parts()) if gzip else parts():
             if server.stopped.is_set():
                 return
             if part:
@@ -206,6 +210,13 @@ def streamed(parts: Callable[[], Iterable[bytes]]) -> Behaviour:
         client.sendall(b"0\r\n\r\n")
 
     return behave
+
+
+def _gzip_stream(parts: Iterable[bytes]) -> Iterator[bytes]:
+    z = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    for part in parts:
+        yield z.compress(part)
+    yield z.flush()
 
 
 def status(code: int, retry_after: str | None = None) -> Behaviour:

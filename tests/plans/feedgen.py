@@ -15,7 +15,8 @@ Every other key becomes an attribute as well, in dict order. Values are written 
 purpose; ``None`` leaves the attribute out (a plan without ``plan_end_date`` or ``sold_out``,
 a zone without ``capacity`` or ``price``), and a missing or empty ``zones`` list renders a
 plan without zones. This module never parses: tests compute what they expect from the dicts
-themselves. ``deep_document`` streams a document nested as deep as asked (a depth bomb).
+themselves. ``deep_document`` streams a document nested as deep as asked (a depth bomb), and
+``huge_value`` one with a title as long as asked.
 """
 
 from __future__ import annotations
@@ -94,6 +95,23 @@ def deep_document(
             yield block
         yield tag * (depth % per_piece)
     yield tail
+
+
+def huge_value(size: int, *, piece: int = 64 * 1024) -> Iterator[bytes]:
+    """A planList with one base_plan whose title is ``size`` bytes (``x``), then a valid
+    plan: streamed in chunks of about ``piece`` bytes and never held whole."""
+    yield (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<planList version="1.0"><output>\n'
+        b'<base_plan base_plan_id="1" sell_mode="online" title="'
+    )
+    block = b"x" * piece
+    for _ in range(size // piece):
+        yield block
+    yield b"x" * (size % piece)
+    yield (
+        b'"><plan plan_id="1" plan_start_date="2021-06-30T21:00:00"><zone zone_id="1"'
+        b' price="1.00"/></plan></base_plan></output></planList>'
+    )
 
 
 def _text(value: Any) -> str:

@@ -17,10 +17,16 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import create_app
-from pgenough.plans.feed import MAX_ATTRIBUTES, MAX_DEPTH, MAX_MARKUP_EQUALS, MAX_TITLE_LENGTH
+from pgenough.plans.feed import (
+    MAX_ATTRIBUTES,
+    MAX_DEPTH,
+    MAX_GAP_BYTES,
+    MAX_MARKUP_EQUALS,
+    MAX_TITLE_LENGTH,
+)
 from tests.api.helpers import ServerThread, api_settings
 from tests.helpers.procs import ROOT
-from tests.plans.feedgen import deep_document, render, synthetic
+from tests.plans.feedgen import deep_document, huge_value, render, synthetic
 from tests.plans.pipeline import assert_finished, dump, dump_bytes, fetch, ingest, process
 from tests.plans.static import StaticServer
 from tests.plans.test_feed import base, plan
@@ -36,6 +42,7 @@ PGENOUGH = Path(sys.executable).with_name("pgenough")
 GOOD = render(synthetic(300, seed=11))
 DEPTH_REASON = f"document nested deeper than {MAX_DEPTH} elements"
 ATTRIBUTES_REASON = f"more than {MAX_MARKUP_EQUALS} '=' between two '<'"
+GAP_REASON = f"more than {MAX_GAP_BYTES} bytes without a new element"
 
 
 def depth_bomb() -> Iterator[bytes]:
@@ -53,6 +60,11 @@ def attribute_bomb() -> Iterator[bytes]:
     yield b"/>" + tail + b"</planList>"
 
 
+def value_bomb() -> Iterator[bytes]:
+    """One title of 400 MB (tests/plans/test_feed_memory.py measures the worker's RSS)."""
+    return huge_value(400_000_000)
+
+
 async def baseline(db: AsyncConnectionPool, server: StaticServer) -> bytes:
     """A good snapshot, processed: what a failed run must leave byte for byte."""
     result = await ingest(db, server.url("/good"), name="bounds")
@@ -64,8 +76,12 @@ async def baseline(db: AsyncConnectionPool, server: StaticServer) -> bytes:
 
 @pytest.mark.parametrize(
     ("body", "reason"),
-    [(depth_bomb, DEPTH_REASON), (attribute_bomb, ATTRIBUTES_REASON)],
-    ids=["depth", "attributes"],
+    [
+        (depth_bomb, DEPTH_REASON),
+        (attribute_bomb, ATTRIBUTES_REASON),
+        (value_bomb, GAP_REASON),
+    ],
+    ids=["depth", "attributes", "value"],
 )
 async def test_a_hostile_document_fails_its_run_and_harms_nothing(
     db: AsyncConnectionPool, body: Callable[[], Iterable[bytes]], reason: str
@@ -143,12 +159,13 @@ async def test_the_fetch_workers_memory_stays_flat_on_a_hostile_document(
 async def test_fields_over_their_caps_skip_only_their_plans(
     db: AsyncConnectionPool, database_url: str
 ) -> None:
-    """A 9 MB title was once stored and served (a 9.5 MB /search page): now its plans are
-    skipped with the reason, and so is a plan with too many attributes; the neighbours are
-    stored and the page stays small."""
+    """A 9 MB title was once stored and served (a 9.5 MB /search page): now one as long as
+    the gap bound allows (longer fails the document) has its plans skipped with the reason,
+    and so has a plan with too many attributes; the neighbours are stored and the page stays
+    small."""
     snapshot = [
         base("1", [plan("1")]),
-        base("2", [plan("2"), plan("3")], title="x" * 9_000_000),
+        base("2", [plan("2"), plan("3")], title="x" * (MAX_GAP_BYTES - 4096)),
         base("3", [plan("4") | {f"k{n}": "" for n in range(5_000)}, plan("5")]),
         base("4", [plan("6")], title="t" * MAX_TITLE_LENGTH),
     ]

@@ -23,7 +23,8 @@ The root element chooses the variant; both map to the same ``PlanRecord``. Date-
 and so are unknown elements with their whole subtree, so the provider may add to the format.
 Only this nesting is read: a ``plan`` outside a ``base_plan`` or a ``base_plan`` outside
 ``output`` is an unknown element. Elements are not namespaced (a namespaced root is rejected).
-Text content, comments and processing instructions are ignored.
+Text content, comments and processing instructions are ignored (each at most
+``MAX_GAP_BYTES`` long, like any markup: see "Hardening").
 
 Validation: skip the plan, count it, go on
 ------------------------------------------
@@ -76,8 +77,9 @@ Hardening
   subset. So no entity can be declared: billion laughs and XXE (``file:``, ``http:`` or
   parameter entities) fail before anything is expanded, read or fetched.
 - The libxml2 parser runs with ``no_network=True``, ``load_dtd=False``,
-  ``dtd_validation=False`` and ``huge_tree=False`` (its default limits apply: names up to
-  50,000 bytes, an attribute value, a text node or a start tag up to 10 MB), and
+  ``dtd_validation=False``, ``huge_tree=False`` (its default limits: names up to 50,000
+  bytes, an attribute value or a comment up to 10 MB; but see the gap bound below: they are
+  checked only once the whole construct has been buffered) and
   ``resolve_entities="internal"``: external entities are refused and parameter entities
   disabled even if a declaration got through. With no DTD the only references left are the
   five predefined entities and character references, which are expanded as XML requires.
@@ -96,7 +98,34 @@ Hardening
   10000 '=' between two '<' (an element with too many attributes?)``. Text, comments or values
   with that many ``=`` fail the same way. The count is of bytes, so it holds for UTF-8 (the
   feed's encoding) and other encodings where those two bytes only ever mean ``<`` and ``=``;
-  for UTF-16 or ISO-2022 input libxml2's 10 MB start-tag limit is the only bound.
+  for UTF-16 or ISO-2022 input, where they can be part of other characters, the gap bound
+  below is the only one: a start tag of at most 1 MiB (about 60,000 short attributes in
+  UTF-16, measured at 11 MB).
+- Gap between two start tags (``MAX_GAP_BYTES``, 1 MiB), bounded while reading: libxml2's
+  push parser reads a start tag, end tag, comment, processing instruction, CDATA section or
+  entity reference only once it holds all of it, and until then keeps every byte of it in a
+  buffer that doubles as it grows; its 10 MB limits are checked only then. So one unfinished
+  400 MB attribute value took the fetch worker from 78 MiB to 840 MiB, gzip-compressed or
+  not, before it failed. ``FeedParser`` therefore hands libxml2 its input in spans of 64 KiB
+  (``_GUARD_SPAN``) and counts the bytes fed since the span in which libxml2 last read a
+  start tag (the mapper counts its ``start`` callbacks); past ``MAX_GAP_BYTES`` the document
+  fails: ``more than 1048576 bytes without a new element (a start tag, attribute value,
+  comment or text that long?); the last markup began '<base_plan base_plan_id="1" ...'``.
+  Whatever libxml2 was holding, it then holds at most 1 MiB and two spans (a few MiB with its
+  buffer's doubling), compressed bodies alike (they reach the parser decoded, in pieces).
+  Text is not buffered by libxml2 (and is dropped: the target takes no text), but a text
+  run that long fails the same way; the feed has none. The bound counts bytes without
+  looking at them, so it holds in any encoding. It is checked per span: a gap (from the end
+  of one start tag to the end of the next) of at most 1 MiB always passes, one over 1 MiB
+  and two spans (128 KiB) always fails, and in between it depends on where the input is
+  cut. Why 1 MiB: the longest start tag a valid planList needs is a base_plan's, and its
+  fields are small (a title of at most 1,024 characters is at most 4 KiB of UTF-8, or
+  10 KiB written as character references; ids at most 64): even 64 title-sized attributes
+  are 640 KiB. 1 MiB leaves room for attributes we do not read and is ten times below
+  libxml2's own limits. Such a document fails its run rather than skipping a plan: a
+  streaming parser cannot skip a start tag it has not finished reading (where it ends is
+  not known yet), and buffering it to find out is the cost being bounded. A value under the
+  bound but over its field's size (below) still skips only its plans.
 - Field sizes: ids are at most ``MAX_ID_LENGTH`` and titles ``MAX_TITLE_LENGTH`` characters;
   a longer one skips its plans (above), so no oversized value is staged, stored or served.
 - An undefined entity reference is a well-formedness error, hence a ``FeedError``.
@@ -144,6 +173,10 @@ MAX_ATTRIBUTES: Final = 64
 MAX_MARKUP_EQUALS: Final = 10_000
 """``=`` bytes between two ``<`` bytes of the input, at most; more fails the document
 before libxml2 builds the attributes of such an element."""
+MAX_GAP_BYTES: Final = 1 << 20
+"""Bytes of input between two start tags, at most (1 MiB): a start tag, attribute value,
+comment, processing instruction, CDATA section or text run longer than that fails the
+document while it is read (see "Hardening": libxml2 would buffer it whole)."""
 
 _CLIP: Final = 40
 _ID_CLIP: Final = MAX_ID_LENGTH
@@ -220,7 +253,10 @@ _PRICE: Final = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,20})?")
 _NEGATIVE: Final = re.compile(r"-[0-9]+(?:\.[0-9]+)?")
 # From a "<", more than MAX_MARKUP_EQUALS "=" before the next "<" (possessive: linear time).
 _CROWDED: Final = re.compile(rb"<(?:[^<=]*+=){%d}" % (MAX_MARKUP_EQUALS + 1))
-_GUARD_SPAN: Final = DEFAULT_CHUNK_SIZE  # bytes the guard counts at once (see _guard)
+_GUARD_SPAN: Final = DEFAULT_CHUNK_SIZE  # bytes guarded and handed to libxml2 at once
+_OPENER: Final = _CLIP + 1  # bytes of the last markup kept for the gap's reason (clipped)
+# The gap is checked once per span: the bound means something only if it is longer.
+assert MAX_GAP_BYTES > 2 * _GUARD_SPAN
 
 # Where the mapper is in the document.
 _BEFORE_ROOT: Final = 0
@@ -297,6 +333,8 @@ class _Mapper(_Target):
         self.variant: str | None = None
         self.level = _BEFORE_ROOT
         self._depth = 0  # elements open, read or ignored
+        self.starts = 0
+        """Start tags read so far (``FeedParser`` watches it to bound the gap between two)."""
         self._ignore = 0  # depth inside an element we do not read
         self._names = _VARIANTS["planList"]  # until the root says otherwise
         self._base_tag = ""  # no element matches before the root is read
@@ -335,6 +373,7 @@ class _Mapper(_Target):
         )
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
+        self.starts += 1
         self._depth += 1
         if self._depth > MAX_DEPTH:
             # Raised before libxml2 reads the next element: its element stack stays this deep.
@@ -603,6 +642,8 @@ class FeedParser:
         )
         self._bytes = 0
         self._equals = 0  # "=" bytes since the last "<" (see _guard)
+        self._gap = 0  # bytes fed since the span in which libxml2 last read a start tag
+        self._opener = b""  # the input from the last "<" seen, clipped (for the gap's reason)
         self._closed = False
         self._error: FeedError | None = None
 
@@ -661,10 +702,21 @@ class FeedParser:
         if not chunk:
             return
         self._bytes += len(chunk)
+        mapper = self._mapper
         try:
-            self._guard(chunk)
-            self._parser.feed(chunk)
-        except FeedError as exc:  # raised by the mapper inside a callback
+            for lo in range(0, len(chunk), _GUARD_SPAN):
+                span = chunk if len(chunk) <= _GUARD_SPAN else chunk[lo : lo + _GUARD_SPAN]
+                self._guard(span)
+                starts = mapper.starts
+                self._parser.feed(span)
+                self._remember_opener(span)
+                if mapper.starts != starts:
+                    self._gap = 0
+                else:
+                    self._gap += len(span)
+                    if self._gap > MAX_GAP_BYTES:
+                        raise FeedError(self._gap_reason())
+        except FeedError as exc:  # raised by the mapper inside a callback, or the gap
             raise self._fail(exc) from None
         except etree.LxmlError as exc:
             raise self._fail(FeedError(_syntax_reason(exc))) from exc
@@ -713,6 +765,21 @@ class FeedParser:
                     "(an element with too many attributes?)"
                 )
         self._equals = equals
+
+    def _remember_opener(self, span: bytes) -> None:
+        """Keep the start of the last markup seen, to say in the gap's reason what it was."""
+        last = span.rfind(b"<")
+        if last >= 0:
+            self._opener = span[last : last + _OPENER]
+        elif len(self._opener) < _OPENER:
+            self._opener += span[: _OPENER - len(self._opener)]
+
+    def _gap_reason(self) -> str:
+        opener = self._opener.decode("utf-8", "replace")
+        return (
+            f"more than {MAX_GAP_BYTES} bytes without a new element (a start tag, attribute"
+            f" value, comment or text that long?); the last markup began {_show(opener)}"
+        )
 
     def _early_end(self) -> str:
         if self._bytes == 0:
