@@ -64,6 +64,7 @@ from pgenough.plans.defaults import RUN_STATUSES
 from pgenough.settings import ConfigFileError, Settings
 
 if TYPE_CHECKING:
+    from pgenough.api.proxies import TrustedProxies
     from pgenough.plans.fetch import FetchConfig, RunResult
     from pgenough.plans.provider import ProviderConfig
 
@@ -677,16 +678,19 @@ async def _drain_with_progress(
     return await work
 
 
-def _check_api_settings(settings: Settings) -> None:
+def _check_api_settings(settings: Settings) -> TrustedProxies:
     """Impossible API or dashboard settings: one line and exit 2 now, before the database
-    starts (``create_app`` would find them only after it has)."""
+    starts (``create_app`` would find them only after it has). Returns the proxies whose
+    headers uvicorn may believe."""
     with _needs_service():
         from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
         from pgenough.api.app import api_config
+        from pgenough.api.proxies import TrustedProxies
 
     try:
         api_config(settings)
         ui.ui_config(settings)
+        return TrustedProxies.parse(settings.api_trusted_proxies)
     except ApiConfigError as exc:
         _fail(f"invalid configuration: {exc}", code=2)
 
@@ -705,21 +709,19 @@ def api_cmd(
 ) -> None:
     """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
     with _needs_service():
-        import uvicorn
-
         from pgenough.api import create_app, prepare_database  # slow to import
-        from pgenough.api.server import ApiServer
+        from pgenough.api.server import ApiServer, uvicorn_config
 
     settings = _settings()
     _setup_logging(settings)
     # --host is where the API binds, which the dashboard answers to as its own name.
     settings = settings.model_copy(update={"api_host": host or settings.api_host})
-    _check_api_settings(settings)
+    proxies = _check_api_settings(settings)
     with _listen(settings.api_host, settings.api_port if port is None else port) as sock:
         url = _database_url(settings)
         api = create_app(settings.model_copy(update={"database_url": url}))
-        config = uvicorn.Config(
-            api, workers=1, loop="asyncio", log_config=None, access_log=access_log
+        config = uvicorn_config(
+            api, proxies, workers=1, loop="asyncio", log_config=None, access_log=access_log
         )
         server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 

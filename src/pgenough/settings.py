@@ -221,6 +221,12 @@ class Settings(BaseSettings):
 
     api_host: str = Field(default="127.0.0.1", description="Address `pgenough api` binds.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Port `pgenough api` binds.")
+    api_trusted_proxies: str = Field(
+        default="",
+        description="Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the API"
+        " believes: IP addresses and CIDR networks, comma-separated. Empty: nobody's; the"
+        " client address (login throttle, access log) is the socket's peer.",
+    )
     api_max_concurrent_searches: int = Field(
         default=8,
         ge=1,
