@@ -299,7 +299,7 @@ def migrate_cmd(
         verb = "created" if created else "updated"
         out.print(
             f"API role {api_role} {verb}: CONNECT, USAGE on schema pgenough,"
-            " SELECT on pgenough.plans",
+            " SELECT on pgenough.plans and pgenough.api_secrets",
             soft_wrap=True,
             highlight=False,
         )
@@ -726,7 +726,11 @@ def api_cmd(
         server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 
         async def main() -> int:
-            await prepare_database(url, migrate_schema=settings.api_migrate)
+            await prepare_database(
+                url,
+                migrate_schema=settings.api_migrate,
+                read_cursor_secret=settings.api_cursor_secret is None,
+            )
             await server.serve(sockets=[sock])
             return 0 if server.started else 1
 

@@ -227,6 +227,11 @@ class Settings(BaseSettings):
         " believes: IP addresses and CIDR networks, comma-separated. Empty: nobody's; the"
         " client address (login throttle, access log) is the socket's peer.",
     )
+    api_cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs /search's after= cursors (at least 32 characters), the same on every"
+        " replica; unset: a secret generated once in the database (pgenough.api_secrets).",
+    )
     api_max_concurrent_searches: int = Field(
         default=8,
         ge=1,
