@@ -61,7 +61,7 @@ from pgenough.core import (
 from pgenough.core.statements import AsyncConn
 from pgenough.httpserver import ListenError, listen
 from pgenough.plans.defaults import RUN_STATUSES
-from pgenough.settings import ConfigFileError, Settings
+from pgenough.settings import MAX_CONCURRENCY, ConfigFileError, Settings
 
 if TYPE_CHECKING:
     from pgenough.api.proxies import TrustedProxies
@@ -421,10 +421,15 @@ def _queue_option(values: list[str] | None) -> dict[str, int | None] | None:
     for value in values:
         name, sep, count = value.partition("=")
         if not name or name in queues:
-            raise typer.BadParameter(f"{value!r}: give each queue once, as NAME or NAME=N")
+            raise typer.BadParameter(
+                f"{value!r}: give each queue once, as NAME or NAME=N", param_hint="'--queue'"
+            )
         if sep:
-            if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 10_000:
-                raise typer.BadParameter(f"{value!r}: the concurrency must be 1 to 10000")
+            if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= MAX_CONCURRENCY:
+                raise typer.BadParameter(
+                    f"{value!r}: the concurrency must be 1 to {MAX_CONCURRENCY}",
+                    param_hint="'--queue'",
+                )
             queues[name] = int(count)
         else:
             queues[name] = None
@@ -444,12 +449,17 @@ def worker_run(
         typer.Option(
             "--queue",
             "-q",
-            help="QUEUE or QUEUE=CONCURRENCY; repeat. Default: every queue of the app's tasks.",
+            help=f"QUEUE or QUEUE=CONCURRENCY (1..{MAX_CONCURRENCY}); repeat. Default: every queue"
+            " of the app's tasks.",
         ),
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(min=1, max=10_000, help="Jobs run at once per queue (default: settings)."),
+        typer.Option(
+            min=1,
+            max=MAX_CONCURRENCY,
+            help=f"Jobs run at once per queue, 1..{MAX_CONCURRENCY} (default: settings).",
+        ),
     ] = None,
     shutdown_timeout: Annotated[
         float | None,
@@ -621,7 +631,12 @@ def _print_runs(results: list[RunResult | None]) -> None:
 @worker_app.command("process")
 def worker_process(
     concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Chunks applied at once (default: settings).")
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_CONCURRENCY,
+            help=f"Chunks applied at once, 1..{MAX_CONCURRENCY} (default: settings).",
+        ),
     ] = None,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Drain everything claimable, then exit.")

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from pgenough.plans.provider import ProviderConfig
 
 DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
+MAX_CONCURRENCY: Final = 10_000
+"""The most jobs or chunks a worker runs at once, per queue: the bound of every concurrency
+setting and option (each may hold a database connection)."""
 
 
 class ConfigFileError(PgenoughError):
@@ -135,7 +138,12 @@ class Settings(BaseSettings):
         " transaction-pooling PgBouncer older than 1.21 (it cannot carry them).",
     )
 
-    worker_concurrency: int = Field(default=10, ge=1)
+    worker_concurrency: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Jobs (the process worker: chunks) run at once per queue, 1..10000.",
+    )
     worker_lease: float = Field(default=30.0, gt=0, description="Seconds; heartbeat every 1/3.")
     worker_poll_interval: float = Field(default=2.0, gt=0)
     worker_shutdown_timeout: float = Field(default=30.0, ge=0)
