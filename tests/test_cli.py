@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 
+from pgenough.api.ui.throttle import FREE_FAILURES
 from pgenough.core.migrations import available
 from tests.helpers.procs import ROOT
 
@@ -127,7 +128,7 @@ def test_demo_serves_search_within_its_first_fetch_cycle(
             "60",
         ],
         cwd=ROOT,
-        env=worker_env,
+        env=dict(worker_env, PGENOUGH_UI_TOKEN="demo-token"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -147,8 +148,19 @@ def test_demo_serves_search_within_its_first_fetch_cycle(
             if not events:
                 time.sleep(0.2)  # the first fetch (of a 60 s cycle) is still landing
         assert len(events) == 5
-        dashboard = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=5)
+        signed_in = {"authorization": "Bearer demo-token"}
+        dashboard = httpx.get(f"http://127.0.0.1:{port}/ui", headers=signed_in, timeout=5)
         assert dashboard.status_code == 200 and "fever-sim" in dashboard.text
+        # No proxy is trusted: a fresh X-Forwarded-For per wrong token is still one client.
+        guesses = [
+            httpx.get(
+                f"http://127.0.0.1:{port}/ui/api/overview",
+                headers={"authorization": "Bearer guess", "x-forwarded-for": f"192.0.2.{n}"},
+                timeout=5,
+            ).status_code
+            for n in range(FREE_FAILURES + 1)
+        ]
+        assert guesses == [401] * FREE_FAILURES + [429], guesses
     finally:
         demo.send_signal(signal.SIGINT)
         out, err = demo.communicate(timeout=60)

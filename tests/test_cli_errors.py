@@ -14,6 +14,7 @@ import pytest
 
 from pgenough.cli import BIGINT_MAX
 from pgenough.plans.sim import SimServer
+from pgenough.settings import MAX_CONCURRENCY
 from tests.test_cli import free_port, pgenough
 
 TOO_BIG = "99999999999999999999"  # > 2**63 - 1: PostgreSQL's "bigint out of range"
@@ -53,6 +54,10 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
         ["worker", "fetch", "--metrics-port", "-1", "--provider", "p=http://h/"],
         ["worker", "fetch", "--interval", "inf", "--provider", "p=http://h/"],
         ["demo", "--interval", "inf"],
+        ["worker", "process", "--concurrency", "10001"],
+        ["worker", "process", "--concurrency", TOO_BIG],
+        ["worker", "run", "tests.helpers.taskapp:app", "--concurrency", "10001"],
+        ["worker", "run", "tests.helpers.taskapp:app", "--queue", "default=10001"],
     ],
 )
 def test_a_number_out_of_range_is_a_usage_error(
@@ -179,12 +184,27 @@ def test_an_infinite_setting_is_one_line(
     )
 
 
+@pytest.mark.parametrize("command", ["worker process", "status"])
+def test_a_concurrency_setting_past_its_bound_is_one_line(
+    worker_env: dict[str, str], command: str
+) -> None:
+    env = dict(worker_env, PGENOUGH_WORKER_CONCURRENCY=str(MAX_CONCURRENCY + 1))
+    result = pgenough(*command.split(), env=env)
+    assert result.returncode == 2
+    assert error_line(result) == (
+        "error: invalid configuration: worker_concurrency:"
+        f" Input should be less than or equal to {MAX_CONCURRENCY}"
+    )
+
+
 @pytest.mark.parametrize("command", ["api", "demo"])
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
         ("PGENOUGH_UI_TOKEN", "", "ui_token must not be empty"),
         ("PGENOUGH_API_MAX_CONCURRENT_SEARCHES", "9", "api_max_concurrent_searches (9) must be"),
+        ("PGENOUGH_API_TRUSTED_PROXIES", "proxy.example", "api_trusted_proxies: 'proxy.example'"),
+        ("PGENOUGH_API_CURSOR_SECRET", "short", "api_cursor_secret must be at least 32"),
     ],
 )
 def test_impossible_api_settings_are_one_line(

@@ -61,9 +61,10 @@ from pgenough.core import (
 from pgenough.core.statements import AsyncConn
 from pgenough.httpserver import ListenError, listen
 from pgenough.plans.defaults import RUN_STATUSES
-from pgenough.settings import ConfigFileError, Settings
+from pgenough.settings import MAX_CONCURRENCY, ConfigFileError, Settings
 
 if TYPE_CHECKING:
+    from pgenough.api.proxies import TrustedProxies
     from pgenough.plans.fetch import FetchConfig, RunResult
     from pgenough.plans.provider import ProviderConfig
 
@@ -298,7 +299,7 @@ def migrate_cmd(
         verb = "created" if created else "updated"
         out.print(
             f"API role {api_role} {verb}: CONNECT, USAGE on schema pgenough,"
-            " SELECT on pgenough.plans",
+            " SELECT on pgenough.plans and pgenough.api_secrets",
             soft_wrap=True,
             highlight=False,
         )
@@ -420,10 +421,15 @@ def _queue_option(values: list[str] | None) -> dict[str, int | None] | None:
     for value in values:
         name, sep, count = value.partition("=")
         if not name or name in queues:
-            raise typer.BadParameter(f"{value!r}: give each queue once, as NAME or NAME=N")
+            raise typer.BadParameter(
+                f"{value!r}: give each queue once, as NAME or NAME=N", param_hint="'--queue'"
+            )
         if sep:
-            if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 10_000:
-                raise typer.BadParameter(f"{value!r}: the concurrency must be 1 to 10000")
+            if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= MAX_CONCURRENCY:
+                raise typer.BadParameter(
+                    f"{value!r}: the concurrency must be 1 to {MAX_CONCURRENCY}",
+                    param_hint="'--queue'",
+                )
             queues[name] = int(count)
         else:
             queues[name] = None
@@ -443,12 +449,17 @@ def worker_run(
         typer.Option(
             "--queue",
             "-q",
-            help="QUEUE or QUEUE=CONCURRENCY; repeat. Default: every queue of the app's tasks.",
+            help=f"QUEUE or QUEUE=CONCURRENCY (1..{MAX_CONCURRENCY}); repeat. Default: every queue"
+            " of the app's tasks.",
         ),
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(min=1, max=10_000, help="Jobs run at once per queue (default: settings)."),
+        typer.Option(
+            min=1,
+            max=MAX_CONCURRENCY,
+            help=f"Jobs run at once per queue, 1..{MAX_CONCURRENCY} (default: settings).",
+        ),
     ] = None,
     shutdown_timeout: Annotated[
         float | None,
@@ -620,7 +631,12 @@ def _print_runs(results: list[RunResult | None]) -> None:
 @worker_app.command("process")
 def worker_process(
     concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Chunks applied at once (default: settings).")
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_CONCURRENCY,
+            help=f"Chunks applied at once, 1..{MAX_CONCURRENCY} (default: settings).",
+        ),
     ] = None,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Drain everything claimable, then exit.")
@@ -677,16 +693,19 @@ async def _drain_with_progress(
     return await work
 
 
-def _check_api_settings(settings: Settings) -> None:
+def _check_api_settings(settings: Settings) -> TrustedProxies:
     """Impossible API or dashboard settings: one line and exit 2 now, before the database
-    starts (``create_app`` would find them only after it has)."""
+    starts (``create_app`` would find them only after it has). Returns the proxies whose
+    headers uvicorn may believe."""
     with _needs_service():
         from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
         from pgenough.api.app import api_config
+        from pgenough.api.proxies import TrustedProxies
 
     try:
         api_config(settings)
         ui.ui_config(settings)
+        return TrustedProxies.parse(settings.api_trusted_proxies)
     except ApiConfigError as exc:
         _fail(f"invalid configuration: {exc}", code=2)
 
@@ -705,26 +724,28 @@ def api_cmd(
 ) -> None:
     """Serve the HTTP API (/search, /health/*, /metrics, /docs) in one process."""
     with _needs_service():
-        import uvicorn
-
         from pgenough.api import create_app, prepare_database  # slow to import
-        from pgenough.api.server import ApiServer
+        from pgenough.api.server import ApiServer, uvicorn_config
 
     settings = _settings()
     _setup_logging(settings)
     # --host is where the API binds, which the dashboard answers to as its own name.
     settings = settings.model_copy(update={"api_host": host or settings.api_host})
-    _check_api_settings(settings)
+    proxies = _check_api_settings(settings)
     with _listen(settings.api_host, settings.api_port if port is None else port) as sock:
         url = _database_url(settings)
         api = create_app(settings.model_copy(update={"database_url": url}))
-        config = uvicorn.Config(
-            api, workers=1, loop="asyncio", log_config=None, access_log=access_log
+        config = uvicorn_config(
+            api, proxies, workers=1, loop="asyncio", log_config=None, access_log=access_log
         )
         server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 
         async def main() -> int:
-            await prepare_database(url, migrate_schema=settings.api_migrate)
+            await prepare_database(
+                url,
+                migrate_schema=settings.api_migrate,
+                read_cursor_secret=settings.api_cursor_secret is None,
+            )
             await server.serve(sockets=[sock])
             return 0 if server.started else 1
 

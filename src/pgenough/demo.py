@@ -20,10 +20,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Final
 
-import uvicorn
-
 from pgenough.api.app import MIGRATIONS, create_app
-from pgenough.api.server import ApiServer
+from pgenough.api.proxies import TrustedProxies
+from pgenough.api.server import ApiServer, uvicorn_config
 from pgenough.core import Gap, WorkerConfig, migrate, open_pool, subscribe
 from pgenough.httpserver import base_url
 from pgenough.plans.fetch import RunResult, fetch_loop
@@ -97,7 +96,8 @@ async def run(settings: Settings, url: str, config: DemoConfig, sock: socket.soc
         loop.add_signal_handler(sig, stop.set)
 
     api_settings = settings.model_copy(update={"database_url": url})
-    server = ApiServer(uvicorn.Config(create_app(api_settings), log_level="warning"))
+    proxies = TrustedProxies.parse(settings.api_trusted_proxies)
+    server = ApiServer(uvicorn_config(create_app(api_settings), proxies, log_level="warning"))
     # The demo owns SIGINT/SIGTERM (they stop everything, in order); uvicorn must not take them.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     worker = process_worker(pool, WorkerConfig(concurrency=2, batch_size=1))

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from pgenough.plans.provider import ProviderConfig
 
 DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
+MAX_CONCURRENCY: Final = 10_000
+"""The most jobs or chunks a worker runs at once, per queue: the bound of every concurrency
+setting and option (each may hold a database connection)."""
 
 
 class ConfigFileError(PgenoughError):
@@ -137,7 +140,12 @@ class Settings(BaseSettings):
         " transaction-pooling PgBouncer older than 1.21 (it cannot carry them).",
     )
 
-    worker_concurrency: int = Field(default=10, ge=1)
+    worker_concurrency: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Jobs (the process worker: chunks) run at once per queue, 1..10000.",
+    )
     worker_lease: float = Field(default=30.0, gt=0, description="Seconds; heartbeat every 1/3.")
     worker_poll_interval: float = Field(default=2.0, gt=0)
     worker_shutdown_timeout: float = Field(default=30.0, ge=0)
@@ -223,6 +231,17 @@ class Settings(BaseSettings):
 
     api_host: str = Field(default="127.0.0.1", description="Address `pgenough api` binds.")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Port `pgenough api` binds.")
+    api_trusted_proxies: str = Field(
+        default="",
+        description="Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the API"
+        " believes: IP addresses and CIDR networks, comma-separated. Empty: nobody's; the"
+        " client address (login throttle, access log) is the socket's peer.",
+    )
+    api_cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs /search's after= cursors (at least 32 characters), the same on every"
+        " replica; unset: a secret generated once in the database (pgenough.api_secrets).",
+    )
     api_max_concurrent_searches: int = Field(
         default=8,
         ge=1,

@@ -1,30 +1,36 @@
 """Helpers of the API tests: apps on the test database, plans written directly, a uvicorn
-server on a thread, and a TCP proxy that can cut the API off its database."""
+server on a thread, ``pgenough api`` as its own process, and a TCP proxy that can cut the API
+off its database."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from fastapi import FastAPI
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import create_app
 from pgenough.api.deps import ApiState
-from pgenough.api.server import ApiServer
+from pgenough.api.proxies import TrustedProxies
+from pgenough.api.server import ApiServer, uvicorn_config
 from pgenough.core import publish
 from pgenough.plans.store import plan_uuid
 from pgenough.settings import Settings
+from tests.helpers.procs import ROOT
 
 PROVIDER = "test"
 IN_PROCESS_HOST = "api"
@@ -125,15 +131,16 @@ def free_port() -> int:
 
 
 class ServerThread:
-    """``app`` on a real uvicorn server (the one ``pgenough api`` runs), on a thread with its
-    own event loop."""
+    """``app`` on a real uvicorn server (the one ``pgenough api`` runs, configured as it
+    configures it), on a thread with its own event loop."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, proxies: TrustedProxies | None = None) -> None:
         self.app = app
         self.port = free_port()
         self.server = ApiServer(
-            uvicorn.Config(
+            uvicorn_config(
                 app,
+                proxies or TrustedProxies(),
                 host="127.0.0.1",
                 port=self.port,
                 loop="asyncio",
@@ -222,3 +229,42 @@ class Proxy:
             yield self
         finally:
             await self.cut()
+
+
+PGENOUGH = str(Path(sys.executable).with_name("pgenough"))
+"""The installed entry point, as a user runs it."""
+
+
+@contextlib.contextmanager
+def api_process(env: dict[str, str], *args: str, timeout: float = 60.0) -> Iterator[str]:
+    """``pgenough api`` as its own process on a free port, until it stops (SIGTERM, exit 0);
+    yields its base URL once ``/health/ready`` says 200."""
+    port = free_port()
+    server = subprocess.Popen(
+        [PGENOUGH, "api", "--port", str(port), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"pgenough api exited: {server.communicate()[1]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("pgenough api did not become ready")
+            try:
+                if httpx.get(base + "/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        yield base
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from tests.api.helpers import free_port
+from tests.api.helpers import api_process, free_port
 from tests.helpers.procs import ROOT
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
@@ -110,3 +111,54 @@ def test_migrate_creates_the_api_role_and_the_api_serves_with_it(
             if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
                 conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
                 conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+LONGEST_TARGET = 65_535
+"""httptools' URL parser keeps offsets in 16 bits: a longer request-target is refused."""
+
+
+def raw_response(base: str, target: str) -> bytes:
+    """What the server sends back for ``GET target``, up to its closing the connection or
+    the end of a response with a Content-Length (the bytes as sent, no client in between)."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: api\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = [
+                int(line.split(b":")[1])
+                for line in head.lower().split(b"\r\n")
+                if line.startswith(b"content-length:")
+            ]
+            if length and len(body) >= length[0]:
+                break
+        return data
+
+
+def target_of(length: int) -> str:
+    """A /search request-target of exactly ``length`` bytes (a parameter /search ignores)."""
+    prefix = "/search?_="
+    return prefix + "a" * (length - len(prefix))
+
+
+@pytest.mark.db
+def test_a_request_target_past_64_kib_is_uvicorns_bare_400(
+    db: object, worker_env: dict[str, str]
+) -> None:
+    """As README says (the API section): up to 65,535 bytes of path and query string are
+    served; a longer one never reaches the app: uvicorn (httptools) answers a bare 400 and
+    closes the connection."""
+    with api_process(worker_env) as base:
+        served = raw_response(base, target_of(LONGEST_TARGET))
+        assert served.startswith(b"HTTP/1.1 200 OK\r\n"), served[:200]
+        assert served.endswith(b'{"data":{"events":[]},"error":null}')
+        for length in (LONGEST_TARGET + 1, 70 * 1024, 1024 * 1024):
+            refused = raw_response(base, target_of(length))
+            head, _, body = refused.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), (length, refused[:200])
+            assert b"connection: close" in head.lower() and b"x-request-id" not in head.lower()
+            assert body == b"Invalid HTTP request received."
+        # The server carries on.
+        assert httpx.get(base + "/health/live", timeout=10).status_code == 200

@@ -140,8 +140,10 @@ async def test_grants_beyond_read_are_revoked_and_powerful_roles_refused(
             " WHERE grantee = %s ORDER BY 1, 2",
             (api_role,),
         )
-        # Besides reading the plans, only its read pressure (plans/pacing.py) is its to write.
+        # Besides reading the plans and the cursor secret, only its read pressure
+        # (plans/pacing.py) is its to write.
         assert await cur.fetchall() == [
+            ("api_secrets", "SELECT"),
             ("plans", "SELECT"),
             *((PRESSURE, p) for p in ("DELETE", "INSERT", "SELECT", "UPDATE")),
         ]

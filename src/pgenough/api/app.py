@@ -5,7 +5,10 @@ At start-up the lifespan opens the API's pool (each connection with the search t
 so no change committed after start-up is missed. With the dashboard enabled (``api/ui``) it
 also opens the dashboard's own pool and live feed, closed first at shutdown.
 ``prepare_database`` is what the CLI runs first: migrate (unless the role may only read) and
-check that the plans are readable.
+check that the plans (and, unless ``api_cursor_secret`` is set, the cursor secret) are
+readable. The key that signs ``/search`` cursors comes from ``api_cursor_secret``, or else
+from the secret the ``api`` track's first migration generated in ``pgenough.api_secrets``, read
+at start-up, so that every replica on the database signs and checks cursors alike.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from fastapi import FastAPI
 
 from pgenough import __version__
-from pgenough.api import docs, errors, health, routes, ui
+from pgenough.api import cursor, docs, errors, health, routes, ui
 from pgenough.api.answer import Answer
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
@@ -29,15 +32,25 @@ from pgenough.api.deps import ApiState
 from pgenough.api.metrics import RequestMetrics
 from pgenough.api.pressure import publish_pressure
 from pgenough.api.search import Q
-from pgenough.core import DatabaseError, MigrationError, database_url, migrate, open_pool
+from pgenough.core import (
+    DatabaseError,
+    MigrationError,
+    MigrationSet,
+    database_url,
+    migrate,
+    open_pool,
+)
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 from pgenough.settings import Settings
 
 log = logging.getLogger(__name__)
 
 POOL_MIN_SIZE: Final = 2
-MIGRATIONS: Final = (PLANS_MIGRATIONS, ui.MIGRATIONS)
-"""The schema tracks above the core that the API serves from: the plans and the dashboard's."""
+API_MIGRATIONS: Final = MigrationSet("api", "pgenough.api")
+"""The API's own track: its secrets (``pgenough.api_secrets``)."""
+MIGRATIONS: Final = (PLANS_MIGRATIONS, API_MIGRATIONS, ui.MIGRATIONS)
+"""The schema tracks above the core that the API serves from: the plans, the API's own and the
+dashboard's."""
 LISTEN_START_TIMEOUT: Final = 10.0
 
 
@@ -45,6 +58,11 @@ def api_config(settings: Settings) -> ApiConfig:
     return ApiConfig(
         database_url=settings.database_url,
         data_dir=settings.data_dir,
+        cursor_key=(
+            None
+            if settings.api_cursor_secret is None
+            else cursor.key_of_setting(settings.api_cursor_secret.get_secret_value())
+        ),
         pool_max_size=settings.pool_max_size,
         max_concurrent_searches=settings.api_max_concurrent_searches,
         bulkhead_wait=settings.api_bulkhead_wait,
@@ -134,7 +152,12 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
             publisher = asyncio.create_task(
                 publish_pressure(bulkhead, url, config), name="api-pressure"
             )
-        yield ApiState(config, pool, cache, bulkhead)
+        if config.cursor_key is not None:
+            cursor_key = config.cursor_key
+        else:
+            async with pool.connection() as conn:
+                cursor_key = await database_cursor_key(conn)
+        yield ApiState(config, pool, cache, bulkhead, cursor_key)
     finally:
         tasks = [t for t in (listener, publisher) if t is not None]
         for task in tasks:
@@ -143,9 +166,36 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         await pool.close()
 
 
-async def prepare_database(url: str, *, migrate_schema: bool) -> None:
+async def database_cursor_key(conn: psycopg.AsyncConnection[Any]) -> bytes:
+    """The cursor key from the database's secret; ``DatabaseError`` with what to do when this
+    role cannot read it."""
+    try:
+        cur = await conn.execute(Q["cursor_secret"])
+        row = await cur.fetchone()
+    except psycopg.errors.UndefinedTable as exc:
+        raise DatabaseError(
+            "pgenough.api_secrets does not exist: run `pgenough migrate` as the schema's owner"
+        ) from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise DatabaseError(
+            "this role may not read the cursor secret in pgenough.api_secrets: grant it with"
+            " `pgenough migrate --api-role NAME` as the schema's owner, or set"
+            " PGENOUGH_API_CURSOR_SECRET"
+        ) from exc
+    if row is None:
+        raise DatabaseError(
+            "pgenough.api_secrets has no 'cursor' secret: set PGENOUGH_API_CURSOR_SECRET, or"
+            " put one back (docs/operations.md, rotating the cursor secret)"
+        )
+    return cursor.key_of(bytes(row[0]))
+
+
+async def prepare_database(
+    url: str, *, migrate_schema: bool, read_cursor_secret: bool = True
+) -> None:
     """Before serving: migrate (unless the role may only read), then check that this role
-    can read ``pgenough.plans``; ``DatabaseError`` with what to do when it cannot."""
+    can read ``pgenough.plans`` and (when asked, for there is no ``api_cursor_secret``) the
+    cursor secret; ``DatabaseError`` with what to do when it cannot."""
     pool = await open_pool(url, max_size=1, name="pgenough-api-start")
     try:
         async with pool.connection() as conn:
@@ -170,5 +220,7 @@ async def prepare_database(url: str, *, migrate_schema: bool) -> None:
                     "this role may not read pgenough.plans: grant it with"
                     " `pgenough migrate --api-role NAME` as the schema's owner"
                 ) from exc
+            if read_cursor_secret:
+                await database_cursor_key(conn)
     finally:
         await pool.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -32,6 +32,8 @@ class ApiConfig:
     database_url: str | None = None
     """None: the embedded server under ``data_dir`` (resolved at start-up)."""
     data_dir: Path | None = None
+    cursor_key: bytes | None = field(default=None, repr=False)
+    """Signs ``/search`` cursors (from ``api_cursor_secret``); None: the database's secret."""
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
     max_concurrent_searches: int = DEFAULT_MAX_CONCURRENT_SEARCHES
     bulkhead_wait: float = DEFAULT_BULKHEAD_WAIT

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, cast
 
 from fastapi import Depends, Request
@@ -24,6 +24,8 @@ class ApiState:
     pool: AsyncConnectionPool
     cache: ResponseCache[Answer]
     bulkhead: Bulkhead
+    cursor_key: bytes = field(repr=False)
+    """What signs and checks ``/search`` cursors (``api_cursor_secret``, or the database's)."""
 
 
 # Async on purpose: FastAPI runs plain ``def`` dependencies in its thread pool, a thread

@@ -7,6 +7,7 @@ import time
 from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
+from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUEST_DURATION = Histogram(
@@ -47,19 +48,40 @@ CACHE_INVALIDATIONS = Counter(
 )
 
 
-# RFC 9110's methods; any other name a client invents is counted as OTHER_METHOD, so
-# clients cannot add series to /metrics by making method names up.
-METHODS: Final = frozenset(
-    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
-)
+# The methods some route of the app answers (a test keeps this in step with the routes); any
+# other, registered (PUT, PATCH, WebDAV's) or invented, is counted as OTHER_METHOD, so
+# clients cannot add series to /metrics by sending methods the API has nothing for.
+METHODS: Final = frozenset({"GET", "HEAD", "POST"})
 OTHER_METHOD: Final = "other"
 UNMATCHED: Final = "unmatched"
+MOUNTED: Final = "/{path}"
+"""Appended to a mount's path (the static files) for its label: one series per mount."""
+
+
+def route_template(scope: Scope, path: str, root_path: str) -> str:
+    """The label of the route that answered: the template FastAPI's own routes leave in
+    ``scope["route"]``; else the app's plain Starlette route (``/openapi.json``) or mount
+    (``/ui/static/{path}``) the request's path matches; else ``unmatched``."""
+    route = scope.get("route")
+    template = getattr(route, "path", None)
+    if template:
+        return str(template)
+    # Matched again on the path as it arrived: routing rewrites the scope (a mount's root_path).
+    probe: Scope = {"type": "http", "path": path, "root_path": root_path, "method": scope["method"]}
+    for candidate in getattr(scope.get("app"), "routes", ()):
+        if isinstance(candidate, Mount):
+            if candidate.matches(probe)[0] is Match.FULL:
+                return candidate.path + MOUNTED
+        elif isinstance(candidate, Route) and candidate.matches(probe)[0] is not Match.NONE:
+            return candidate.path
+    return UNMATCHED
 
 
 class RequestMetrics:
     """Times each request into ``REQUEST_DURATION``; the route is the matched path template
-    (``/search``), or ``unmatched`` for any path no route has, and a method outside
-    ``METHODS`` is ``other``, so the label set stays small whatever clients send."""
+    (``/search``, ``/openapi.json``, ``/ui/static/{path}``), or ``unmatched`` for any path no
+    route has, and a method outside ``METHODS`` is ``other``, so the label set stays small
+    whatever clients send."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -70,6 +92,7 @@ class RequestMetrics:
             return
         start = time.perf_counter()
         status = 500
+        path, root_path = scope["path"], scope.get("root_path", "")
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -80,8 +103,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED
+            template = route_template(scope, path, root_path)
             method = scope["method"] if scope["method"] in METHODS else OTHER_METHOD
             REQUEST_DURATION.labels(template, method, str(status)).observe(
                 time.perf_counter() - start

@@ -1,7 +1,7 @@
-"""The API's least-privilege role: it may connect, see schema ``pgenough`` and read
-``pgenough.plans``, and write its read pressure in ``pgenough.read_pressure`` (a row per API
-process that ingestion paces by), nothing more (LISTEN, for cache invalidation, needs no
-privilege).
+"""The API's least-privilege role: it may connect, see schema ``pgenough``, read
+``pgenough.plans`` and the secret that signs cursors (``pgenough.api_secrets``), and write its
+read pressure in ``pgenough.read_pressure`` (a row per API process that ingestion paces by),
+nothing more (LISTEN, for cache invalidation, needs no privilege).
 
 ``grant_api_role`` is idempotent and tightens on every run: whatever else the role was
 granted in schema ``pgenough`` is revoked. What PUBLIC may do in the database (by default
@@ -32,6 +32,8 @@ _GRANTS = [
     "GRANT CONNECT ON DATABASE {database} TO {role}",
     "GRANT USAGE ON SCHEMA pgenough TO {role}",
     "GRANT SELECT ON pgenough.plans TO {role}",
+    # The deployment's secret that signs /search cursors (api migration 0001).
+    "GRANT SELECT ON pgenough.api_secrets TO {role}",
     # Its read pressure, for ingestion to yield to /search (plans/pacing.py).
     "GRANT SELECT, INSERT, UPDATE, DELETE ON pgenough.read_pressure TO {role}",
 ]

@@ -67,8 +67,10 @@ PARAMETERS: list[dict[str, Any]] = [
         "required": False,
         "schema": {"type": "string"},
         "description": "Opaque cursor from the previous page's Link header: the page after its "
-        "last event, at the cost of the first page however deep. Refused (400) when edited, "
-        "or given with other starts_at/ends_at than it was made for.",
+        "last event, at the cost of the first page however deep, never before starts_at. "
+        "Signed with this deployment's secret: refused (400) when edited, made up, made by "
+        "another deployment or an older version, or given with other starts_at/ends_at than "
+        "it was made for.",
     },
 ]
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -109,7 +111,7 @@ async def search(request: Request, api: ApiDep) -> Response:
     (a plan without an end only when `ends_at` is absent), ordered by start, then id. Read
     from PostgreSQL only, never from a provider. `HEAD /search` answers as GET does, without
     the body."""
-    query = parse_query(request.query_params.multi_items())
+    query = parse_query(request.query_params.multi_items(), api.cursor_key)
     return await answer.search(api, query, head=request.method == "HEAD")
 
 

@@ -13,8 +13,9 @@ a cache buster ``_=1622505600000``, is ignored):
   excludes events ending later that day). ``INSTANT_PATTERN`` is exactly this syntax.
 * ``limit``: 1..500; absent: every matching event, streamed. ``offset``: 0..100000,
   default 0. ASCII decimal digits only (no sign).
-* ``after``: the cursor of a ``Link: <...>; rel="next"`` header (``pgenough.api.cursor``):
-  the page after the last event of the previous one. Not with ``offset``.
+* ``after``: the cursor of a ``Link: <...>; rel="next"`` header (``pgenough.api.cursor``,
+  signed with the deployment's key): the page after the last event of the previous one,
+  never before ``starts_at``. Not with ``offset``.
 
 An event matches when ``starts_at <= event start`` and ``event end <= ends_at``; an event
 without an end matches only when ``ends_at`` is absent. Only plans ever seen online; ordered by
@@ -26,7 +27,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -67,6 +68,8 @@ class SearchQuery:
     """None: every matching event."""
     offset: int = 0
     after: Cursor | None = None
+    cursor_key: bytes | None = field(default=None, repr=False, compare=False)
+    """What signs the cursors of its ``Link`` headers; None: it has none to make."""
 
     @property
     def cache_key(self) -> tuple[datetime | None, datetime | None, int | None] | None:
@@ -80,19 +83,24 @@ class SearchQuery:
         return STREAM_PAGE if self.limit is None else self.limit
 
     def sql_params(self, after: Cursor | None, offset: int) -> dict[str, Any]:
-        """The page of ``page_size`` events after ``after`` (skipping ``offset`` first)."""
-        # A cursor made for these bounds is at or after starts_at: the one lower bound.
-        start = after.starts_at if after else self.starts_at
+        """The page of ``page_size`` events after ``after`` (skipping ``offset`` first), and
+        never before ``starts_at``, whatever the cursor says."""
+        # One lower bound, the later of two keys: the cursor's and (starts_at, nil id).
+        start, ident = self.starts_at, _NIL_ID
+        if after is not None and (start is None or after.starts_at >= start):
+            start, ident = after.starts_at, after.id
         return {
             "ends_at": self.ends_at,
             "after_start": "-infinity" if start is None else start,
-            "after_id": after.id if after else _NIL_ID,
+            "after_id": ident,
             "limit": self.page_size,
             "offset": offset,
         }
 
     def next_link(self, after: Cursor) -> str:
         """The relative URL of the page after ``after`` (never built from the Host header)."""
+        if self.cursor_key is None:
+            raise ValueError("a query parsed without a cursor key cannot link to its next page")
         params = [
             (name, value.isoformat().replace("+00:00", "Z"))
             for name, value in (("starts_at", self.starts_at), ("ends_at", self.ends_at))
@@ -100,7 +108,9 @@ class SearchQuery:
         ]
         if self.limit is not None:
             params.append(("limit", str(self.limit)))
-        params.append(("after", cursor.encode(after, self.starts_at, self.ends_at)))
+        params.append(
+            ("after", cursor.encode(after, self.starts_at, self.ends_at, self.cursor_key))
+        )
         query = "&".join(f"{name}={value.replace('+', '%2B')}" for name, value in params)
         return f"/search?{query}"
 
@@ -165,8 +175,9 @@ def parse_int(name: str, value: str, low: int, high: int) -> int:
     return number
 
 
-def parse_query(items: Iterable[tuple[str, str]]) -> SearchQuery:
-    """The search a query string asks for; ``InvalidRequest`` says what is wrong with it."""
+def parse_query(items: Iterable[tuple[str, str]], cursor_key: bytes) -> SearchQuery:
+    """The search a query string asks for, its cursors signed with ``cursor_key``;
+    ``InvalidRequest`` says what is wrong with it."""
     given: dict[str, str] = {}
     for name, value in items:
         if name not in PARAMETERS:
@@ -192,7 +203,8 @@ def parse_query(items: Iterable[tuple[str, str]]) -> SearchQuery:
         ends_at=ends_at,
         limit=parse_int("limit", limit, 1, MAX_LIMIT) if limit else None,
         offset=parse_int("offset", offset, 0, MAX_OFFSET) if offset else 0,
-        after=cursor.decode(after, starts_at, ends_at) if after else None,
+        after=cursor.decode(after, starts_at, ends_at, cursor_key) if after else None,
+        cursor_key=cursor_key,
     )
 
 

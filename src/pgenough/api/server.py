@@ -2,6 +2,8 @@
 an error for a search stream it cut on purpose, and to let such a stream reset its client's
 connection (``pgenough.api.answer``); and, as every pgenough server, to exit 0 after a
 graceful stop and to serve a socket bound beforehand (``pgenough.graceful``).
+``uvicorn_config`` is the one place that configures uvicorn for the API (``pgenough api``,
+``pgenough demo``): proxy headers only from ``TrustedProxies``.
 
 The reset: uvicorn closes the connection of a response that ended early, and asyncio's close
 first waits until the client has read every byte buffered for it, which a client that stopped
@@ -25,6 +27,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from pgenough.api.answer import ABORT, IncompleteFilter
+from pgenough.api.proxies import TrustedProxies
 from pgenough.api.ui import end_streams
 from pgenough.graceful import GracefulServer
 from pgenough.httpserver import base_url
@@ -39,6 +42,13 @@ class ResettableHttpTools(HttpToolsProtocol):
         super().on_message_begin()
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[ABORT] = self.transport.abort
+
+
+def uvicorn_config(app: FastAPI, proxies: TrustedProxies, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration for serving ``app``: ``options``, with ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` read from ``proxies`` only (uvicorn would trust 127.0.0.1, or its
+    ``FORWARDED_ALLOW_IPS``, by default)."""
+    return uvicorn.Config(app, **options, **proxies.uvicorn_options())
 
 
 class ApiServer(GracefulServer):

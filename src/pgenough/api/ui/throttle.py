@@ -13,9 +13,10 @@ only itself (an IPv6 client counts as its /64, which one host usually holds whol
 client that stops guessing is free again within ``max_backoff``. Under a sustained attack one
 address gets one guess per ``max_backoff``, 1,440 a day at the default: a long random token
 stays out of reach. The state is per API process (each replica throttles on its own) and
-bounded (``MAX_CLIENTS`` addresses; the longest-idle one is forgotten first). Behind a reverse
-proxy the address is the proxy's unless uvicorn trusts its ``X-Forwarded-For`` (it does for a
-proxy on 127.0.0.1 by default); then everyone behind the proxy shares one backoff, which an
+bounded (``MAX_CLIENTS`` addresses; the longest-idle one is forgotten first). The address is
+the connection's peer: ``X-Forwarded-For`` counts only from the proxies the operator names
+(``pgenough.api.proxies``), so a client can neither pick a fresh address per guess nor name
+someone else's. Behind a proxy not named, everyone behind it shares one backoff, which an
 attacker can keep at ``max_backoff`` but never longer.
 
 Pure: the clock is an argument.
