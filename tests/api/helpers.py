@@ -235,6 +235,23 @@ PGENOUGH = str(Path(sys.executable).with_name("pgenough"))
 """The installed entry point, as a user runs it."""
 
 
+def api_start_error(env: dict[str, str]) -> str:
+    """What ``pgenough api`` says when its settings stop it before it serves: exit 2 and one
+    line on stderr, returned."""
+    result = subprocess.run(
+        [PGENOUGH, "api", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr  # a configuration error, as every other
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 @contextlib.contextmanager
 def api_process(env: dict[str, str], *args: str, timeout: float = 60.0) -> Iterator[str]:
     """``pgenough api`` as its own process on a free port, until it stops (SIGTERM, exit 0);

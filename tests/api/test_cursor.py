@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
-import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,9 +26,15 @@ from pgenough.api.cursor import Cursor
 from pgenough.api.errors import InvalidRequest
 from pgenough.api.search import SearchQuery, fetch_page
 from pgenough.core import DatabaseError
-from tests.api.helpers import PGENOUGH, Plan, add_plans, api_settings, events, free_port, serving
+from tests.api.helpers import (
+    Plan,
+    add_plans,
+    api_settings,
+    api_start_error,
+    events,
+    serving,
+)
 from tests.api.helpers import state as api_state
-from tests.helpers.procs import ROOT
 
 KEY = cursor.key_of(b"this deployment")
 OTHER_KEY = cursor.key_of(b"another deployment")
@@ -211,16 +216,7 @@ async def test_the_setting_is_the_key_and_other_deployments_cursors_are_refused(
 
 def test_a_short_cursor_secret_is_one_line_and_exit_2(worker_env: dict[str, str]) -> None:
     env = dict(worker_env, PGENOUGH_API_CURSOR_SECRET="short")
-    result = subprocess.run(
-        [PGENOUGH, "api", "--port", str(free_port())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.strip() == (
+    assert api_start_error(env) == (
         "error: invalid configuration: api_cursor_secret must be at least 32 characters"
         " (such as the output of `openssl rand -hex 32`), or unset for the database's"
     )

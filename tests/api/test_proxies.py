@@ -5,7 +5,6 @@ throttle counts its guesses against. Against the real ``pgenough api``, as a use
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,8 +14,7 @@ import pytest
 from pgenough.api import ApiConfigError
 from pgenough.api.proxies import TrustedProxies
 from pgenough.api.ui.throttle import FREE_FAILURES
-from tests.api.helpers import PGENOUGH, api_process, free_port
-from tests.helpers.procs import ROOT
+from tests.api.helpers import api_process, api_start_error
 
 TOKEN = "s3cret-token"
 GUESSES = 40
@@ -51,18 +49,7 @@ def test_anything_but_an_address_or_a_network_is_refused(entry: str) -> None:
 
 def test_a_bad_proxy_setting_is_one_line_and_exit_2(worker_env: dict[str, str]) -> None:
     env = dict(worker_env, PGENOUGH_API_TRUSTED_PROXIES="10.0.0.1, proxy.example")
-    result = subprocess.run(
-        [PGENOUGH, "api", "--port", str(free_port())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(
+    assert api_start_error(env).startswith(
         "error: invalid configuration: api_trusted_proxies: 'proxy.example' is not an IP address"
     )
 
