@@ -129,7 +129,10 @@ async def test_the_vacuum_duty_vacuums_the_jobs_table_past_its_dead_rows(
             assert looked == VacuumResult(dead, vacuumed=False)
             done = await vacuum_jobs(conn, MaintenanceConfig(vacuum_dead_rows=dead))
             assert done == VacuumResult(dead, vacuumed=True)
-            assert await _dead_rows(db) == 0
+            # Not == 0: on a shared server another session may delete a job between the vacuum
+            # and this read (one dead row once did, on CI's 5432 pass). Unvacuumed, all 5,000
+            # would still be here.
+            assert await _dead_rows(db) < dead // 100
             assert sample("pgenough_jobs_vacuums_total") == before + 1
         finally:
             await conn.execute("ALTER TABLE pgenough.jobs RESET (autovacuum_enabled)")

@@ -151,10 +151,12 @@ async def test_heartbeat_keeps_a_long_job_from_being_reclaimed(db: AsyncConnecti
 
     async def long_job(job: Job) -> None:
         attempts.append(job.attempts)
-        await asyncio.sleep(3.0)  # three leases long
+        await asyncio.sleep(5.0)  # two and a half leases long
 
+    # A 2 s lease beats every 0.67 s: a beat may come 1.3 s late before the lease lapses. With a
+    # 1 s lease (0.67 s of slack) the job was once reclaimed on CI's loaded 5432 pass.
     config = WorkerConfig(
-        lease=1.0,
+        lease=2.0,
         poll_interval=0.2,
         maintenance=MaintenanceConfig(rescue_interval=0.2),
     )
