@@ -32,7 +32,6 @@ from pgenough.core import (
     DatabaseError,
     MigrationSet,
     PgenoughError,
-    database_url,
     migrate,
     open_pool,
 )
@@ -139,7 +138,7 @@ def _needs_service() -> Iterator[None]:
 def _database_url(settings: Settings) -> str:
     """``DATABASE_URL``, or the embedded server's, started now if need be."""
     try:
-        return database_url(settings.database_url, settings.data_dir)
+        return settings.resolve_database_url()
     except PgenoughError as exc:
         _fail(str(exc))
 
@@ -204,7 +203,7 @@ async def _ready_core_pool(
     """A pool on a database migrated for the core and ``layers`` (workers migrate on
     start-up; it is idempotent)."""
     pool = await open_pool(
-        database_url(settings.database_url, settings.data_dir),
+        settings.resolve_database_url(),
         max_size=max_size or settings.pool_max_size,
         name=name,
         prepared_statements=settings.prepared_statements,
@@ -263,7 +262,7 @@ async def _on_connection(
     """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
     about a database without pgenough's tables into what the operator should do."""
     pool = await open_pool(
-        database_url(settings.database_url, settings.data_dir),
+        settings.resolve_database_url(),
         max_size=2,
         name=name,
         timeout=INSPECT_TIMEOUT,

@@ -34,7 +34,6 @@ from pgenough.core import (
     JOB_STATES,
     AppNotFound,
     MigrationSet,
-    database_url,
     get_job,
     list_jobs,
     load_app,
@@ -100,7 +99,7 @@ def migrate_cmd(
 
     async def main() -> tuple[int, list[str], bool | None]:
         pool = await open_pool(
-            database_url(settings.database_url, settings.data_dir),
+            settings.resolve_database_url(),
             max_size=1,
             name="pgenough-migrate",
         )

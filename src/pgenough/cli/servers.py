@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -21,7 +22,9 @@ from pgenough.httpserver import ListenError, listen
 from pgenough.settings import Settings
 
 if TYPE_CHECKING:
+    from pgenough.api.config import ApiConfig
     from pgenough.api.proxies import TrustedProxies
+    from pgenough.api.ui.config import UiConfig
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -64,26 +67,22 @@ def demo(
     # The demo prints each run itself; keep the log to what needs attention.
     logging.getLogger("pgenough").setLevel(logging.WARNING)
     logging.getLogger("pgenough.core.db").setLevel(logging.INFO)
-    _check_api_settings(settings)
+    api, ui, proxies = _check_api_settings(settings)
     with _listen(HOST, port) as sock:
-        url = _database_url(settings)
+        api = replace(api, database_url=_database_url(settings))
         config = DemoConfig(plans=plans, interval=interval)
-        raise typer.Exit(_run(lambda: run_demo(settings, url, config, sock), settings))
+        raise typer.Exit(_run(lambda: run_demo(api, ui, proxies, config, sock), settings))
 
 
-def _check_api_settings(settings: Settings) -> TrustedProxies:
-    """Impossible API or dashboard settings: one line and exit 2 now, before the database
-    starts (``create_app`` would find them only after it has). Returns the proxies whose
-    headers uvicorn may believe."""
+def _check_api_settings(settings: Settings) -> tuple[ApiConfig, UiConfig, TrustedProxies]:
+    """The API's and the dashboard's configs, and the proxies whose headers uvicorn may
+    believe; impossible settings are one line and exit 2 now, before the database starts.
+    The API's ``database_url`` is still the setting: the caller resolves it next."""
     with _needs_service():
-        from pgenough.api import ApiConfigError, ui  # FastAPI: slow to import
-        from pgenough.api.app import api_config
-        from pgenough.api.proxies import TrustedProxies
+        from pgenough.api import ApiConfigError  # FastAPI: slow to import
 
     try:
-        api_config(settings)
-        ui.ui_config(settings)
-        return TrustedProxies.parse(settings.api_trusted_proxies)
+        return settings.api_config(), settings.ui_config(), settings.trusted_proxies()
     except ApiConfigError as exc:
         _fail(f"invalid configuration: {exc}", code=2)
 
@@ -108,21 +107,23 @@ def api_cmd(
     _setup_logging(settings)
     # --host is where the API binds, which the dashboard answers to as its own name.
     settings = settings.model_copy(update={"api_host": host or settings.api_host})
-    proxies = _check_api_settings(settings)
+    api_config, ui_config, proxies = _check_api_settings(settings)
     with _listen(settings.api_host, settings.api_port if port is None else port) as sock:
         url = _database_url(settings)
-        api = create_app(settings.model_copy(update={"database_url": url}))
-        config = uvicorn_config(
-            api, proxies, workers=1, loop="asyncio", log_config=None, access_log=access_log
-        )
-        server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
 
         async def main() -> int:
-            await prepare_database(
+            read_key = await prepare_database(
                 url,
                 migrate_schema=settings.api_migrate,
-                read_cursor_secret=settings.api_cursor_secret is None,
+                read_cursor_secret=api_config.cursor_key is None,
             )
+            # The key prepare_database read, so that the app does not read it a second time.
+            key = api_config.cursor_key if read_key is None else read_key
+            api = create_app(replace(api_config, database_url=url, cursor_key=key), ui_config)
+            config = uvicorn_config(
+                api, proxies, workers=1, loop="asyncio", log_config=None, access_log=access_log
+            )
+            server = ApiServer(config)  # uvicorn's, ending the dashboard's live streams on stop
             await server.serve(sockets=[sock])
             return 0 if server.started else 1
 
