@@ -19,6 +19,7 @@ from fastapi.templating import Jinja2Templates
 
 from pgenough.api.ui import format
 from pgenough.api.ui.config import UiConfig
+from pgenough.api.ui.deps import Pages
 from pgenough.api.ui.errors import UiError, handler
 from pgenough.api.ui.hosts import DashboardGuard
 from pgenough.api.ui.routes import build_router
@@ -50,9 +51,10 @@ def install(app: FastAPI, config: UiConfig) -> None:
     """The dashboard's routes on ``app``, behind its host check; the lifespan must put a
     ``UiState`` on ``app.state.ui``."""
     pages = templates()
+    app.state.ui_pages = Pages(pages)  # what the routes render with (``deps.PagesDep``)
     # Mounted before the router: its catch-all 404 page would shadow /ui/static otherwise.
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    app.include_router(build_router(pages))
+    app.include_router(build_router())
     app.add_exception_handler(UiError, handler(pages))
     app.add_middleware(DashboardGuard, hosts=config.allowed_hosts, render=handler(pages))
 
