@@ -19,19 +19,14 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from pgenough.cli import core, plans, servers
-from pgenough.cli.base import (
-    BIGINT_MAX,
-    INSPECT_PANEL,
-    _run,
-    _say_error,
-    _undecodable,
-    app,
-    worker_app,
-)
+from pgenough.cli.base import BIGINT_MAX, _run, _say_error, _undecodable, app
+from pgenough.cli.inspecting import INSPECT_PANEL
+from pgenough.cli.workers import worker_app
 
 __all__ = ["BIGINT_MAX", "_run", "app", "main"]
 
 # Registered here, in the order `pgenough --help` lists them.
+app.add_typer(worker_app, name="worker")
 app.command("migrate")(core.migrate_cmd)
 app.command()(servers.demo)
 worker_app.command("run")(core.worker_run)

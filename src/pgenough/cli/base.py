@@ -1,42 +1,28 @@
 """What every command shares: the typer app, settings and errors as one line and an exit
-code, the service extra's lazy imports, the event loop, logging, pools and metrics of
-workers, and the inspecting commands' connection and output."""
+code, the service extra's lazy imports, the event loop and logging."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, NoReturn, TypeVar
 
-import prometheus_client
-import psycopg
 import typer
-from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from rich.console import Console, RenderableType
+from rich.console import Console
 from rich.text import Text
 
 # typer (0.29) vendors click: its usage errors are these classes, not click's.
 from typer._click.globals import get_current_context
 
-from pgenough import __version__, eventloop, jsonable, logs
-from pgenough.core import (
-    DatabaseError,
-    MigrationSet,
-    PgenoughError,
-    migrate,
-    open_pool,
-)
-from pgenough.core.statements import AsyncConn
-from pgenough.httpserver import ListenError
+from pgenough import __version__, eventloop, logs
+from pgenough.core import PgenoughError
 from pgenough.settings import ConfigFileError, Settings
 
 app = typer.Typer(
@@ -186,117 +172,3 @@ def _finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number of seconds")
     return value
-
-
-worker_app = typer.Typer(
-    help="Run your tasks, or a plan service fetch or process worker.", no_args_is_help=True
-)
-app.add_typer(worker_app, name="worker")
-
-
-async def _ready_core_pool(
-    settings: Settings,
-    name: str,
-    max_size: int | None = None,
-    layers: Sequence[MigrationSet] = (),
-) -> AsyncConnectionPool:
-    """A pool on a database migrated for the core and ``layers`` (workers migrate on
-    start-up; it is idempotent)."""
-    pool = await open_pool(
-        settings.resolve_database_url(),
-        max_size=max_size or settings.pool_max_size,
-        name=name,
-        prepared_statements=settings.prepared_statements,
-    )
-    async with pool.connection() as conn:
-        await migrate(conn, layers)
-    return pool
-
-
-MetricsPortOption = Annotated[
-    int | None,
-    typer.Option(
-        "--metrics-port",
-        min=0,
-        max=65535,
-        help="Serve Prometheus metrics at /metrics on this port (default: settings; none).",
-    ),
-]
-
-
-def _serve_metrics(settings: Settings, port: int | None) -> None:
-    """A worker's own /metrics endpoint, on a daemon thread: its counters (fetches, chunks,
-    jobs, pools) exist only in its process, so Prometheus must scrape each worker."""
-    port = settings.metrics_port if port is None else port
-    if port is None:
-        return
-    host = settings.metrics_host
-    try:
-        server, _ = prometheus_client.start_http_server(port, addr=host)
-    except OSError as exc:
-        _fail(f"metrics: {ListenError(host, port, exc)}")
-    logging.getLogger("pgenough.cli").info(
-        "metrics at http://%s:%d/metrics", host, server.server_port
-    )
-
-
-# -- inspecting and repairing ---------------------------------------------------------------
-# These commands never migrate: looking must not change the database, and a repair changes
-# only the jobs it names. Each opens a small pool, calls one function of plans.inspect (or,
-# for jobs, of the core), and prints tables, or with --json exactly one JSON document on
-# stdout.
-
-INSPECT_PANEL = "Inspect and repair"
-PIPED_WIDTH = 200
-INSPECT_TIMEOUT = 5.0
-"""Seconds to reach the database: someone asking for status wants an answer or an error now."""
-
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")
-]
-
-
-async def _on_connection(
-    settings: Settings, name: str, action: Callable[[AsyncConn], Awaitable[T]]
-) -> T:
-    """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
-    about a database without pgenough's tables into what the operator should do."""
-    pool = await open_pool(
-        settings.resolve_database_url(),
-        max_size=2,
-        name=name,
-        timeout=INSPECT_TIMEOUT,
-    )
-    try:
-        async with pool.connection() as conn:
-            return await action(conn)
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
-        raise DatabaseError("pgenough's schema is missing: run `pgenough migrate`") from exc
-    except psycopg.OperationalError as exc:
-        # The connection broke mid-command (server restart, timeout): one line, no traceback.
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(f"database error: {reason}") from exc
-    finally:
-        await pool.close()
-
-
-def _inspect(name: str, action: Callable[[AsyncConn], Awaitable[T]]) -> T:
-    settings = _settings()
-    _setup_logging(settings)
-    return _run(lambda: _on_connection(settings, f"pgenough-{name}", action), settings)
-
-
-def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:
-    if as_json:
-        # Plain stdout, not rich: rich would wrap and highlight, and the document must parse.
-        sys.stdout.write(json.dumps(jsonable.as_json(value), indent=2) + "\n")
-    else:
-        # Piped into a file, grep or less, a table is not cut to 80 columns (rich's default
-        # when it cannot ask a terminal); a terminal gets its own width.
-        wide = out if out.is_terminal else Console(width=max(out.width, PIPED_WIDTH))
-        wide.print(view())
-
-
-def _now() -> datetime:
-    # Ages in tables are read against this machine's clock; --json carries the timestamps.
-    return datetime.now(UTC)

@@ -14,22 +14,17 @@ import typer
 from pgenough import render
 from pgenough.cli.base import (
     BIGINT_MAX,
-    JsonOption,
-    MetricsPortOption,
     _extra_missing,
     _fail,
     _finite,
-    _inspect,
     _needs_service,
-    _now,
-    _ready_core_pool,
     _run,
-    _serve_metrics,
     _settings,
     _setup_logging,
-    _show,
     out,
 )
+from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
+from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
 from pgenough.core import (
     JOB_STATES,
     AppNotFound,

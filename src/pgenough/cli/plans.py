@@ -19,21 +19,16 @@ from rich.table import Table
 from pgenough import render
 from pgenough.cli.base import (
     BIGINT_MAX,
-    JsonOption,
-    MetricsPortOption,
     _fail,
     _finite,
-    _inspect,
     _needs_service,
-    _now,
-    _ready_core_pool,
     _run,
-    _serve_metrics,
     _settings,
     _setup_logging,
-    _show,
     out,
 )
+from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
+from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
 from pgenough.core import Worker, WorkerStats, queue_stats
 from pgenough.core.statements import AsyncConn
 from pgenough.plans.defaults import RUN_STATUSES
