@@ -17,6 +17,7 @@ from collections import defaultdict
 from pgenough.core.pubsub import Gap, Subscription
 from pgenough.core.queue import JOBS_CHANNEL
 from pgenough.core.retry import Backoff
+from pgenough.core.service import Service
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,14 @@ CONNECT_BACKOFF = Backoff(base=0.1, cap=5.0)
 """Retries of the first connect (the subscription's own policy takes over once connected)."""
 
 
-class Notifier:
-    """Wakes the executors registered for a queue when a notification names it."""
+class Notifier(Service):
+    """Wakes the executors registered for a queue when a notification names it (a
+    ``Service``: ready once it listens)."""
 
     def __init__(self, conninfo: str, *, name: str, check_interval: float) -> None:
         self._conninfo = conninfo
         self.name = name
+        self.service_name = f"{name}:listen"
         self._check_interval = check_interval
         self._wakes: dict[str, list[asyncio.Event]] = defaultdict(list)
         self.listening = asyncio.Event()
@@ -50,6 +53,12 @@ class Notifier:
     def _lost(self, reason: str) -> None:
         self.listening.clear()
         log.warning("%s: listener lost (%s); reconnecting", self.name, reason)
+
+    async def serve(self) -> None:
+        await self.run()
+
+    async def ready(self) -> None:
+        await self.listening.wait()
 
     async def run(self) -> None:
         """Listen until cancelled; the subscription retries its first connect and reconnects

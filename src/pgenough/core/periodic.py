@@ -41,6 +41,7 @@ from pgenough.core.schedule import (
     Tick,
     is_late,
 )
+from pgenough.core.service import Service
 
 log = logging.getLogger(__name__)
 _Q = load("periodic")
@@ -96,8 +97,12 @@ class Claim:
         return self.outcome == "run"
 
 
-class Periodic:
+class Periodic(Service):
     """A set of periodic tasks run by this replica, each at most once per tick overall.
+
+    A ``Service``: ``start()`` runs it in a task, and ``stop()`` then also cancels that task
+    (a running task function with it); ``await run()`` instead returns at ``stop()`` once the
+    running functions have returned.
 
     ::
 
@@ -115,6 +120,7 @@ class Periodic:
     def __init__(self, pool: AsyncConnectionPool, *, replica: str | None = None) -> None:
         self._pool = pool
         self.replica = replica or f"replica-{uuid.uuid4().hex[:12]}"
+        self.service_name = f"{self.replica}:periodic"
         self._tasks: dict[str, PeriodicTask] = {}
         self._stop = asyncio.Event()
         self._rng = random.Random()
@@ -253,6 +259,9 @@ class Periodic:
                 delay = reconnect.failed(exc)
             await reconnect.wait(delay)
 
+    async def serve(self) -> None:
+        await self.run()
+
     async def run(self) -> None:
         """Run every registered task until ``stop()``."""
         self._stop.clear()
@@ -262,6 +271,7 @@ class Periodic:
 
     def stop(self) -> None:
         self._stop.set()
+        super().stop()
 
 
 async def _never() -> None:
