@@ -16,6 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Backoff, Job, Message, Periodic, Worker, WorkerConfig, enqueue, subscribe
 from pgenough.core.db import open_pool
+from pgenough.core.notifier import Notifier
+from pgenough.core.service import Services
 from tests.api.helpers import Proxy
 from tests.helpers.procs import wait_until
 
@@ -159,3 +161,27 @@ async def test_without_retry_connect_the_first_connect_fails_at_once(database_ur
     with pytest.raises(psycopg.OperationalError):
         async with subscribe(proxy.url, "nowhere"):
             pass
+
+
+async def test_a_worker_listener_started_before_its_database_listens_once_it_is_up(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pgenough.core")
+    proxy = Proxy(database_url)  # not started: the database is unreachable
+    notifier = Notifier(proxy.url, name="early-listener", check_interval=1.0)
+    wake = asyncio.Event()
+    notifier.register("default", wake)
+    async with Services() as services:
+        assert await services.start(notifier) is False  # not ready, and not waited for
+        try:
+
+            async def refused() -> bool:
+                return bool(warnings(caplog, "subscriber to pgenough_jobs: connect failed"))
+
+            await wait_until(refused, WAIT, "a refused first connect")
+            assert len(warnings(caplog, "early-listener: listener lost")) == 1
+            await proxy.start()
+            await asyncio.wait_for(notifier.listening.wait(), WAIT)
+            assert wake.is_set()  # woken once on connect, for what came meanwhile
+        finally:
+            await proxy.cut()
