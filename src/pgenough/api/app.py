@@ -41,6 +41,7 @@ from pgenough.core import (
     migrate,
     open_pool,
 )
+from pgenough.core.service import Services, TaskService
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
 
 log = logging.getLogger(__name__)
@@ -102,23 +103,24 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         statement_timeout=config.search_timeout,
     )
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
-    listener: asyncio.Task[None] | None = None
-    publisher: asyncio.Task[None] | None = None
     bulkhead = Bulkhead(
         config.max_concurrent_searches, config.bulkhead_wait, config.max_concurrent_streams
     )
+    services = Services()
     try:
         if config.cache_enabled:
             listening = asyncio.Event()
-            listener = asyncio.create_task(invalidate_on(cache, url, listening), name="api-cache")
-            try:
-                async with asyncio.timeout(LISTEN_START_TIMEOUT):
-                    await listening.wait()
-            except TimeoutError:
+            listener = TaskService(
+                "api-cache",
+                lambda: invalidate_on(cache, url, listening),
+                ready=listening,
+                ready_timeout=LISTEN_START_TIMEOUT,
+            )
+            if not await services.start(listener):
                 log.warning("cache listener not connected yet: the cache is bypassed until it is")
         if config.publish_pressure:
-            publisher = asyncio.create_task(
-                publish_pressure(bulkhead, url, config), name="api-pressure"
+            await services.start(
+                TaskService("api-pressure", lambda: publish_pressure(bulkhead, url, config))
             )
         if config.cursor_key is not None:
             cursor_key = config.cursor_key
@@ -127,10 +129,7 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
                 cursor_key = await database_cursor_key(conn)
         yield ApiState(config, pool, cache, bulkhead, cursor_key)
     finally:
-        tasks = [t for t in (listener, publisher) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await services.stop()
         await pool.close()
 
 

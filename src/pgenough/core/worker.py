@@ -63,7 +63,8 @@ from pgenough.core.queue import (
     job_from_row,
     refresh_queue_metrics,
 )
-from pgenough.core.retry import Backoff
+from pgenough.core.retry import Backoff, Reconnect
+from pgenough.core.service import Service, Services, TaskService
 
 log = logging.getLogger(__name__)
 _Q = load("queue")
@@ -78,6 +79,8 @@ DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_STATS_INTERVAL = 10.0
 INTERRUPTED = "interrupted: the worker shut down before the handler finished"
+CLAIM_BACKOFF = Backoff(base=0.2, cap=10.0)
+"""Retries of a claim loop whose connection failed."""
 RESCAN_INTERVAL = 0.5
 """Seconds a claim loop may claim past its last claimed position before it scans the claim
 index from the start again (see ``_Executor._claim``)."""
@@ -251,7 +254,7 @@ class _Executor:
     async def _claim_loop(self, until_idle: bool) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
         restore: type[Loader] | None = None
-        failures = 0
+        reconnect = Reconnect(f"{self.name}: claim", CLAIM_BACKOFF, logger=log, rng=self._rng)
         refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
         try:
             while not self._stopping.is_set():
@@ -268,12 +271,10 @@ class _Executor:
                     if conn is None or conn.closed:
                         conn, restore = await self._hold()
                     jobs = await self._claim(conn, done, limit)
-                    failures = 0
+                    reconnect.succeeded()
                 except psycopg.OperationalError as exc:
                     self._done = done + self._done
-                    failures += 1
-                    delay = min(10.0, 0.1 * 2 ** min(failures, 7))
-                    log.warning("%s: claim failed (%s); retry in %.1fs", self.name, exc, delay)
+                    delay = reconnect.failed(exc)
                     if conn is not None:
                         await self._unhold(conn, restore)
                         conn = None
@@ -788,7 +789,7 @@ class _Executor:
             log.warning("%s: released %d interrupted job(s)", self.name, cur.rowcount)
 
 
-class Worker:
+class Worker(Service):
     """Runs the handlers of one or more queues in this process until stopped.
 
     ``handlers`` maps a job's ``kind`` to an async function taking the ``Job``. Raise to fail
@@ -803,6 +804,10 @@ class Worker:
     River's client does: ONE listening connection whatever the number of queues, ONE set of
     periodic duties (rescuer, cleaner, yours on ``periodic``) and one queue-stats refresh.
     So every config must carry the same ``maintenance``.
+
+    A ``Service`` itself (``start()``, ``stop()``, ``wait_stopped()``) for a host that runs it
+    beside others; its own services start in order (listener, periodic duties, queue stats)
+    and stop in reverse once its claim loops are done.
     """
 
     def __init__(
@@ -827,6 +832,7 @@ class Worker:
         """The first queue's config (the only one, for a one-queue worker)."""
         self.configs = configs
         self.name = name or f"worker-{uuid.uuid4().hex[:12]}"
+        self.service_name = self.name
         rng = rng or random.Random()
         multi = len(configs) > 1
         self._executors = [
@@ -890,20 +896,19 @@ class Worker:
         """
         if handle_signals:
             self._install_signal_handlers()
-        services: list[asyncio.Task[None]] = []
-        if not until_idle:
-            services.append(asyncio.create_task(self._notifier.run(), name=f"{self.name}:listen"))
-            services.append(asyncio.create_task(self.periodic.run(), name=f"{self.name}:periodic"))
-            services.append(asyncio.create_task(self._refresh_stats(), name=f"{self.name}:stats"))
-        try:
-            await asyncio.gather(*(e.run(until_idle) for e in self._executors))
-        finally:
-            self.stop()
-            self.periodic.stop()
-            for task in services:
-                task.cancel()
-            await asyncio.gather(*services, return_exceptions=True)
+        async with Services() as services:
+            if not until_idle:
+                await services.start(self._notifier)
+                await services.start(self.periodic)
+                await services.start(TaskService(f"{self.name}:stats", self._refresh_stats))
+            try:
+                await asyncio.gather(*(e.run(until_idle) for e in self._executors))
+            finally:
+                self.stop()
         return self.stats
+
+    async def serve(self) -> None:
+        await self.run()
 
     # -- background services ----------------------------------------------------------------
 
