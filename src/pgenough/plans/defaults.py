@@ -1,5 +1,5 @@
 """What the settings and the command line know of the plan service before loading it: the
-defaults they offer and the statuses a run can be in.
+defaults they offer (the statuses a run can be in are ``plans.runs.RunStatus``, as light).
 
 Nothing here imports the service's dependencies (httpx, lxml), so ``pgenough.settings`` and
 ``pgenough --help`` load in an installation without the ``service`` extra. The modules that
@@ -19,8 +19,6 @@ DEFAULT_LOW_SPEED_TIME: Final = 30.0
 DEFAULT_MAX_REDIRECTS: Final = 10
 DEFAULT_DEADLINE: Final = 900.0
 """Seconds a run may take from opening to sealing, retries and waits included."""
-
-RUN_STATUSES: Final = ("RUNNING", "STAGED", "PROCESSED", "FAILED")
 
 DEFAULT_PACING_MAX_PAUSE: Final = 0.25
 """Seconds a fetch or process worker pauses between chunks at full read pressure (0: never)."""

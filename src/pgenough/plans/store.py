@@ -138,7 +138,7 @@ async def chunk_ranges(
 ) -> list[tuple[str, str]]:
     """Page ranges ``[lo, hi)`` (as TIDs) covering the staging table."""
     cur = await conn.execute(
-        named_queries("pgenough.plans", "runs")["staging_pages"],
+        _Q["staging_pages"],
         {"table": f"pgenough.staging_{run_id}"},
     )
     row = await cur.fetchone()
