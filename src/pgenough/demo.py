@@ -29,8 +29,8 @@ from pgenough.plans.fetch import RunResult, fetch_loop
 from pgenough.plans.process import PLANS_CHANGED, process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.runs import RunStatus
-from pgenough.plans.sim import SimServer
 from pgenough.settings import Settings
+from pgenough.sim.server import SimServer
 
 log = logging.getLogger("pgenough.demo")
 

@@ -246,7 +246,7 @@ async def test_copy_text_stages_exactly_what_records_stage(db: AsyncConnectionPo
     """The fetch worker's COPY text (``FeedParser(copy_text=True)``) and the typed records
     through psycopg's row formatting load identical staging rows, awkward values included."""
     from pgenough.plans.feed import FeedParser, parse_bytes
-    from pgenough.plans.simdata import render_snapshot
+    from pgenough.sim.data import render_snapshot
     from tests.plans.feedgen import render
 
     awkward = render(
