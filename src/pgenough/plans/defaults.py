@@ -12,7 +12,8 @@ from typing import Final
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 30.0
-DEFAULT_MAX_ATTEMPTS: Final = 4
+DEFAULT_FETCH_ATTEMPTS: Final = 4
+"""HTTP attempts of one fetch (a job's attempts are the core's ``DEFAULT_MAX_ATTEMPTS``)."""
 DEFAULT_LOW_SPEED_LIMIT: Final = 1024.0
 """Bytes per second: an attempt slower than this over ``DEFAULT_LOW_SPEED_TIME`` fails."""
 DEFAULT_LOW_SPEED_TIME: Final = 30.0

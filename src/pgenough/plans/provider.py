@@ -38,9 +38,9 @@ import httpx
 from pgenough.core import Backoff
 from pgenough.plans.defaults import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FETCH_ATTEMPTS,
     DEFAULT_LOW_SPEED_LIMIT,
     DEFAULT_LOW_SPEED_TIME,
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_READ_TIMEOUT,
 )
@@ -81,7 +81,7 @@ class ProviderConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     """Longest silence between two reads of the body."""
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_FETCH_ATTEMPTS
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=30.0))
     max_retry_after: float = DEFAULT_MAX_RETRY_AFTER
     """A longer Retry-After fails the run (the next scheduled fetch tries again)."""
