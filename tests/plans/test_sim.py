@@ -18,7 +18,6 @@ import httpx
 import pytest
 from lxml import etree
 
-from pgenough.plans.feed import parse_bytes
 from pgenough.sim.data import (
     BYTES_PER_PLAN,
     CHUNK_BYTES,
@@ -29,6 +28,7 @@ from pgenough.sim.data import (
     snapshot_plans,
 )
 from pgenough.sim.server import SimServer, parse_fault
+from tests.plans.records import parse_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 7

@@ -23,7 +23,6 @@ Outcome = Literal["staged", "processed_empty", "failed", "skipped_locked"]
 FailureReason: TypeAlias = (
     ProviderFailure | Literal["feed", "database", "stopped", "internal", "orphaned", "stale"]
 )
-OUTCOMES: Final[tuple[Outcome, ...]] = ("staged", "processed_empty", "failed", "skipped_locked")
 _OF_OTHERS: Final = frozenset({"orphaned", "stale"})
 """Reasons recorded for a run by someone other than its own fetch (it is no fetch outcome)."""
 
