@@ -2,9 +2,10 @@
 tables and panels built from its dataclasses. Pure: values in, renderables out, no I/O, so
 ``cli.py`` stays a dispatcher and ``--json`` bypasses all of this.
 
-The plan service's types are for the type checker only: ``pgenough jobs`` and ``job`` render
-the core's records in an installation without the ``service`` extra, where the plan service
-cannot be imported."""
+The plan service's records are for the type checker only: ``pgenough jobs`` and ``job`` render
+the core's records in an installation without the ``service`` extra, where most of the plan
+service cannot be imported. ``RunStatus`` is imported for real: ``plans.runs`` needs only the
+core."""
 
 from __future__ import annotations
 
