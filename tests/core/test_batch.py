@@ -164,7 +164,10 @@ async def test_when_the_commit_fails_neither_the_effects_nor_the_completions_hap
         await conn.execute("INSERT INTO batch_doomed VALUES (1), (1)")  # refused at COMMIT
 
     try:
-        stats = await Worker(effects, {"doomed": BatchHandler(doomed)}, CONFIG).run(until_idle=True)
+        # A retry a minute away: the run ends idle after the first attempts, however slow the
+        # machine (with the default second, a loaded CI pass once retried them before idle).
+        handler = BatchHandler(doomed, backoff=Backoff(base=60.0, cap=60.0))
+        stats = await Worker(effects, {"doomed": handler}, CONFIG).run(until_idle=True)
         states = await rows(
             effects, "SELECT id, state::text, attempts, last_error FROM pgenough.jobs ORDER BY id"
         )

@@ -170,11 +170,12 @@ async def test_sigterm_never_hands_back_a_running_function(
     assert "released" not in "\n".join(first.lines)
 
 
-async def test_an_idle_worker_exits_within_its_shutdown_timeout_plus_a_second(
+async def test_a_worker_exits_soon_after_its_shutdown_timeout(
     db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:
     """An async job that would run 10 minutes: cancelled at the shutdown timeout (2 s), its
-    claim handed back, the process gone within a second of that."""
+    claim handed back, the process gone within two seconds of that (one was once 1.02 s on a
+    loaded CI pass: the bound is against waiting for the job, not a measure of exit speed)."""
     proc = worker("--shutdown-timeout", "2")
     (job_id,) = await enqueue(db, threadapp.stubborn, [{"cleanup": 0.0}])
     proc.expect(lambda s: "stubborn started" in s)
@@ -182,7 +183,7 @@ async def test_an_idle_worker_exits_within_its_shutdown_timeout_plus_a_second(
     proc.popen.terminate()
     assert proc.wait(30) == 0, proc.stderr
     took = time.monotonic() - began
-    assert took < 3.0, f"exited {took:.2f} s after SIGTERM"
+    assert took < 4.0, f"exited {took:.2f} s after SIGTERM"
     async with db.connection() as conn:
         job = await get_job(conn, job_id)
     assert job is not None and (job.state, job.worker) == ("ready", None)

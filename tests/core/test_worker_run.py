@@ -145,6 +145,7 @@ async def test_three_processes_of_five_queues_sweep_once_per_interval(
     db: AsyncConnectionPool, worker_env: dict[str, str]
 ) -> None:
     env = {**worker_env, "PGENOUGH_RESCUE_INTERVAL": "1"}
+    began = await db_second(db)
     procs = [start(env, "--metrics-port", "0") for _ in range(3)]
     try:
         for _, name, _ in procs:
@@ -169,7 +170,9 @@ async def test_three_processes_of_five_queues_sweep_once_per_interval(
             db, "SELECT period FROM pgenough.periodic WHERE name = %s", "pgenough.rescue"
         )
         assert swept >= last - 1
-        assert periods - 1 <= sum(runs) <= sum(claims) / 3 + 1, (runs, claims)
+        # Each period from the first start on was run at most once (a loaded machine may skip
+        # some: a process need not try every period, so runs are not bounded by claims / 3).
+        assert periods - 1 <= sum(runs) <= last - began + 1, (runs, claims, began, first, last)
         assert sum(claims) < 2 * 3 * periods + 60  # five queues each would be 15 a period
     finally:
         codes = [stop(p) for p, _, _ in procs]
