@@ -18,7 +18,7 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import JobRecord, QueueStats
+from pgenough.core import JobRecord, JobState, QueueStats
 
 if TYPE_CHECKING:
     from pgenough.plans.inspect import (
@@ -38,10 +38,10 @@ STATUS_STYLES = {
     "PROCESSED": "green",
     "FAILED": "bold red",
     # Job states (core queue).
-    "ready": "cyan",
-    "running": "yellow",
-    "dead": "bold red",
-    "cancelled": "dim",
+    JobState.READY: "cyan",
+    JobState.RUNNING: "yellow",
+    JobState.DEAD: "bold red",
+    JobState.CANCELLED: "dim",
 }
 ERROR_WIDTH = 120
 """Errors are cut to this many characters in tables (``--json`` has them whole)."""

@@ -14,6 +14,7 @@ from pgenough.core.errors import (
     RetryIn,
     TaskTimeout,
 )
+from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
 from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
 from pgenough.core.maintenance import (
@@ -29,7 +30,6 @@ from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
-    JOB_STATES,
     Job,
     JobRecord,
     NewJob,
@@ -89,6 +89,7 @@ __all__ = [  # noqa: RUF022
     "Job",
     "JobNotFound",
     "JobRecord",
+    "JobState",
     "LeaseLost",
     "Lock",
     "LockNotAcquired",
@@ -135,6 +136,7 @@ __all__ = [  # noqa: RUF022
     "migrate",
     "named_queries",
     "open_pool",
+    "parse_job_state",
     "publish",
     "queue_stats",
     "refresh_queue_metrics",

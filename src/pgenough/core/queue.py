@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb, JsonbLoader
 from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.errors import JobNotFound, LeaseLost
+from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
 from pgenough.core.statements import Atomic, Copy, Plan, Query, dual
 
 _Q = load("queue")
@@ -32,7 +33,6 @@ DEFAULT_QUEUE = "default"
 JOBS_CHANNEL = "pgenough_jobs"
 """Notified with a queue's name when it gets runnable work (workers listen here)."""
 DEFAULT_MAX_ATTEMPTS = 20
-JOB_STATES = ("ready", "running", "dead", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,14 @@ class QueueStats:
     cancelled: int
     oldest_ready_age: float
     """Seconds the oldest runnable job has been waiting; 0 when none is."""
+
+    def by_state(self) -> dict[JobState, int]:
+        """The counts per job state (the scheduled among the ready, as ``list_jobs``
+        lists them)."""
+        totals = dict.fromkeys(JobState, 0)
+        for depth in QUEUE_DEPTHS:
+            totals[depth_state(depth)] += getattr(self, depth)
+        return totals
 
 
 @dual
@@ -267,8 +275,8 @@ def list_jobs(
     """Jobs newest first: of one ``state`` (ready, running, dead, cancelled) or all, of one
     ``queue`` or all; ``failing`` keeps those whose last attempt raised - dead, or waiting to
     retry. Page with ``before``: the smallest id of the previous page."""
-    if state is not None and state not in JOB_STATES:
-        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}")
+    if state is not None:
+        state = parse_job_state(state)
     if limit < 1:
         raise ValueError("limit must be >= 1")
     params = {

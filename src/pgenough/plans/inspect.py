@@ -213,13 +213,11 @@ async def get_run(conn: AsyncConn, run_id: int) -> RunDetail | None:
 def state_totals(counts: Sequence[QueueStats], queue: str | None = None) -> dict[str, int]:
     """Jobs per state of ``JOB_STATES`` (of one ``queue``, or all) from ``queue_stats``: the
     scheduled count among the ready, as ``list_jobs(state="ready")`` lists them."""
-    totals = dict.fromkeys(JOB_STATES, 0)
+    totals: dict[str, int] = dict.fromkeys(JOB_STATES, 0)
     for c in counts:
         if queue is None or c.queue == queue:
-            totals["ready"] += c.ready + c.scheduled
-            totals["running"] += c.running
-            totals["dead"] += c.dead
-            totals["cancelled"] += c.cancelled
+            for state, n in c.by_state().items():
+                totals[state] += n
     return totals
 
 

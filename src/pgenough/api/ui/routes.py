@@ -31,7 +31,15 @@ from pgenough.api.ui.auth import (
 from pgenough.api.ui.errors import LoginRequired, UiError, UiRoute, forbidden, not_found
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import UiState, connection
-from pgenough.core import JOB_STATES, JobNotFound, get_job, list_jobs, queue_stats, repair
+from pgenough.core import (
+    JOB_STATES,
+    JobNotFound,
+    get_job,
+    list_jobs,
+    parse_job_state,
+    queue_stats,
+    repair,
+)
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.plans.defaults import RUN_STATUSES
@@ -179,8 +187,11 @@ def build_router(templates: Jinja2Templates) -> APIRouter:
         state = params.text("state", state).lower()
         queue = params.text("queue", queue)
         before_id = params.optional_id("before", before, "a job id")
-        if state and state not in JOB_STATES:
-            raise params.bad(f"state must be one of {', '.join(JOB_STATES)}")
+        if state:
+            try:
+                parse_job_state(state)
+            except ValueError as exc:
+                raise params.bad(str(exc)) from None
         limit = ui.config.jobs_page
         async with connection(ui) as conn:
             found = await list_jobs(
