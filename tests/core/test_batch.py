@@ -34,7 +34,7 @@ from pgenough.core import (
     rescue_expired,
 )
 from pgenough.core._sql import load
-from pgenough.core.queue import job_from_row
+from pgenough.core.statements import record_rows
 from pgenough.core.worker import INTERRUPTED
 from tests.helpers.procs import wait_until
 
@@ -596,5 +596,6 @@ async def claim_now(db: AsyncConnectionPool, queue: str) -> list[Job]:
     """Claim a queue's jobs as a worker does, without running them."""
     params = {"done_ids": [], "done_attempts": [], "queue": queue, "limit": 10}
     async with db.connection() as conn:
-        cur = await conn.execute(load("queue")["claim"], {**params, "lease": 30, "worker": "t"})
-        return [job_from_row(r) for r in await cur.fetchall()]
+        cur = conn.cursor(row_factory=record_rows(Job))
+        await cur.execute(load("queue")["claim"], {**params, "lease": 30, "worker": "t"})
+        return await cur.fetchall()

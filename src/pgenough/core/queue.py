@@ -259,8 +259,8 @@ def cancel_job(job_id: int) -> Plan[None]:
 @dual
 def get_job(job_id: int) -> Plan[JobRecord | None]:
     """The job's row, or None when it does not exist (completed jobs are deleted)."""
-    result = yield Query(_Q["get_job"], {"id": job_id}, dicts=True, prepare=PLAN_EACH_TIME)
-    return JobRecord(**result.rows[0]) if result.rows else None
+    result = yield Query(_Q["get_job"], {"id": job_id}, record=JobRecord, prepare=PLAN_EACH_TIME)
+    return result.rows[0] if result.rows else None
 
 
 @dual
@@ -286,15 +286,17 @@ def list_jobs(
         "limit": limit,
         "before": before,
     }
-    result = yield Query(_Q["list_jobs"], params, dicts=True, prepare=PLAN_EACH_TIME)
-    return [JobRecord(**row) for row in result.rows]
+    result = yield Query(_Q["list_jobs"], params, record=JobRecord, prepare=PLAN_EACH_TIME)
+    jobs: list[JobRecord] = result.rows
+    return jobs
 
 
 @dual
 def queue_stats() -> Plan[list[QueueStats]]:
     """Per-queue depth by state and the age of the oldest runnable job."""
-    result = yield Query(_Q["stats"], dicts=True)
-    return [QueueStats(**row) for row in result.rows]
+    result = yield Query(_Q["stats"], record=QueueStats)
+    stats: list[QueueStats] = result.rows
+    return stats
 
 
 @dual
@@ -304,11 +306,6 @@ def refresh_queue_metrics() -> Plan[list[QueueStats]]:
     stats = yield from queue_stats.plan()
     metrics.set_queue_stats(stats)
     return stats
-
-
-def job_from_row(row: Sequence[Any]) -> Job:
-    """A ``Job`` from a row of the ``claim`` statement."""
-    return Job(*row)
 
 
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")

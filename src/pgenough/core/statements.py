@@ -20,6 +20,7 @@ text).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
@@ -28,7 +29,7 @@ from typing import Any, Generic, LiteralString, ParamSpec, TypeAlias, TypeVar, o
 
 import psycopg
 from psycopg.pq import Format, TransactionStatus
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import BaseRowFactory, RowMaker, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
 
 from pgenough.core._sql import load
@@ -47,7 +48,8 @@ AsyncConn: TypeAlias = psycopg.AsyncConnection[Any]
 @dataclass(frozen=True)
 class Result:
     rows: list[Any]
-    """Tuples, or dicts for a ``Query(..., dicts=True)``; empty for a statement without rows."""
+    """Tuples, or records for a ``Query(..., record=cls)``; empty for a statement without
+    rows."""
     rowcount: int
 
 
@@ -55,7 +57,8 @@ class Result:
 class Query:
     sql: LiteralString
     params: Mapping[str, Any] | None = None
-    dicts: bool = False
+    record: type[Any] | None = None
+    """A dataclass to read each row into, by column name (``record_rows``); None: tuples."""
     prepare: bool | None = None
     """psycopg's ``prepare``: None lets it prepare a repeated statement; ``PLAN_EACH_TIME``
     (``_sql.py``) for a statement that must never run on a cached generic plan."""
@@ -199,7 +202,47 @@ async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
 
 
 def _rows(step: Query | Copy) -> Any:
-    return dict_row if isinstance(step, Query) and step.dicts else tuple_row
+    if isinstance(step, Query) and step.record is not None:
+        return record_rows(step.record)
+    return tuple_row
+
+
+R = TypeVar("R")
+
+
+def record_rows(cls: type[R]) -> BaseRowFactory[R]:
+    """A psycopg row factory reading each row into the dataclass ``cls`` by column name.
+
+    The columns are matched to the fields once per result, not once per row: when they are
+    the fields in their order (as every statement of the core selects them, which
+    tests/core/test_records.py pins) a row is passed positionally, the cost of a tuple;
+    in another order by keyword. A column that is no field, or a field without a default
+    that no column fills, is a ``TypeError`` at the first row, never a shifted value."""
+
+    def factory(cursor: Any) -> RowMaker[R]:  # a sync or an async cursor
+        names = tuple(c.name for c in cursor.description or ())
+        return record_maker(cls, names)
+
+    return factory
+
+
+def record_maker(cls: type[R], names: Sequence[str]) -> RowMaker[R]:
+    """What ``record_rows`` builds each row with, for the columns ``names``."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if tuple(names) == tuple(f.name for f in fields):
+        return lambda values: cls(*values)
+    known = {f.name for f in fields}
+    required = {
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    if len(set(names)) != len(names) or not known >= set(names) >= required:
+        raise TypeError(
+            f"columns ({', '.join(names)}) are not the fields of {cls.__name__}"
+            f" ({', '.join(f.name for f in fields)})"
+        )
+    return lambda values: cls(**dict(zip(names, values, strict=True)))
 
 
 _C = TypeVar("_C", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])

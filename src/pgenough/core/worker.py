@@ -60,13 +60,14 @@ from pgenough.core.queue import (
     PayloadLoader,
     complete_many,
     int_array,
-    job_from_row,
     refresh_queue_metrics,
 )
 from pgenough.core.retry import Backoff
+from pgenough.core.statements import record_rows
 
 log = logging.getLogger(__name__)
 _Q = load("queue")
+_JOB_ROWS = record_rows(Job)
 
 Handler: TypeAlias = Callable[[Job], Awaitable[None]]
 BatchFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], Sequence[Job]], Awaitable[None]]
@@ -381,18 +382,18 @@ class _Executor:
             priority, run_at, after_id = self._after
             query = _Q["claim_after"]
             params.update(priority=priority, after_run_at=run_at, after_id=after_id)
+        cur = conn.cursor(row_factory=_JOB_ROWS)
         if conn.prepare_threshold is not None:
             # Planned each time and without a Sort: the session is set up for it (_hold).
-            rows = await (await conn.execute(query, params)).fetchall()
+            jobs = await (await cur.execute(query, params)).fetchall()
         else:
             # Unprepared, perhaps behind a transaction pooler whose server connections are
             # shared: the planner setting lasts this transaction only (three round trips
             # more than the claim itself).
             async with conn.transaction():
                 await conn.execute(_Q["claim_without_sort"])
-                rows = await (await conn.execute(query, params)).fetchall()
-        self._rescan_pending = not full and len(rows) < limit
-        jobs = [job_from_row(row) for row in rows]
+                jobs = await (await cur.execute(query, params)).fetchall()
+        self._rescan_pending = not full and len(jobs) < limit
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         if jobs:
             last = jobs[-1]
