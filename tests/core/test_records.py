@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Job, JobRecord, QueueStats
+from pgenough.core import Job, JobFailures, JobRecord, QueueStats
 from pgenough.core._sql import load
 from pgenough.core.statements import record_maker
 
@@ -38,6 +38,8 @@ STATEMENTS: list[tuple[str, type[Any], dict[str, Any]]] = [
     ("get_job", JobRecord, {"id": 0}),
     ("list_jobs", JobRecord, _LIST),
     ("stats", QueueStats, {}),
+    ("job_failures_since", JobFailures, {"window": 60.0}),
+    ("jobs_by_payload", JobRecord, {"queue": "q", "kind": "k", "key": "k", "value": "1"}),
 ]
 
 

@@ -31,6 +31,7 @@ from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
     Job,
+    JobFailures,
     JobRecord,
     NewJob,
     QueueStats,
@@ -39,6 +40,8 @@ from pgenough.core.queue import (
     enqueue,
     enqueue_many,
     get_job,
+    job_failures,
+    jobs_by_payload,
     list_jobs,
     queue_stats,
     refresh_queue_metrics,
@@ -87,6 +90,7 @@ __all__ = [  # noqa: RUF022
     "Interval",
     "JOB_STATES",
     "Job",
+    "JobFailures",
     "JobNotFound",
     "JobRecord",
     "JobState",
@@ -129,6 +133,8 @@ __all__ = [  # noqa: RUF022
     "enqueue",
     "enqueue_many",
     "get_job",
+    "job_failures",
+    "jobs_by_payload",
     "list_jobs",
     "load_app",
     "lock_key",

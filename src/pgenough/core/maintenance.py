@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, LiteralString
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import metrics
+from pgenough.core import metrics, queue
 from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core.job_states import JobState
 from pgenough.core.periodic import Periodic
 from pgenough.core.statements import Atomic, Plan, Query, Result, dual
 
@@ -69,28 +70,27 @@ class CleanResult:
     messages_deleted: int
 
 
-def _batched(
-    query: LiteralString, params: dict[str, Any], timeout: float
-) -> Plan[tuple[int, list[tuple[Any, ...]]]]:
-    """Run a ``LIMIT``-batched statement until a batch comes back short, each batch in its
-    own transaction under a statement timeout.
+def _batched(statement: Query, timeout: float) -> Plan[tuple[int, list[tuple[Any, ...]]]]:
+    """Run a ``LIMIT``-batched statement (its ``limit`` parameter) until a batch comes back
+    short, each batch in its own transaction under a statement timeout.
 
     Returns the rows affected and the rows returned, over all batches.
     """
     affected = 0
     rows: list[tuple[Any, ...]] = []
-    limit = int(params["limit"])
+    assert statement.params is not None
+    limit = int(statement.params["limit"])
     while True:
-        result: Result = yield Atomic(_timed(query, params, timeout))
+        result: Result = yield Atomic(_timed(statement, timeout))
         rows.extend(result.rows)
         affected += result.rowcount
         if result.rowcount < limit:
             return affected, rows
 
 
-def _timed(query: LiteralString, params: dict[str, Any], timeout: float) -> Plan[Result]:
+def _timed(statement: Query, timeout: float) -> Plan[Result]:
     yield Query(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
-    result: Result = yield Query(query, params, prepare=PLAN_EACH_TIME)
+    result: Result = yield statement
     return result
 
 
@@ -98,13 +98,13 @@ def _timed(query: LiteralString, params: dict[str, Any], timeout: float) -> Plan
 def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[RescueResult]:
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
     _, rows = yield from _batched(
-        _Q["rescue_expired"], {"limit": config.batch}, config.statement_timeout
+        queue.rescue_expired_batch(config.batch), config.statement_timeout
     )
     retried = dead = 0
-    for _id, queue, state in rows:
-        metrics.JOBS_RECLAIMED.labels(queue).inc()
-        if state == "dead":
-            metrics.JOBS_DEAD.labels(queue).inc()
+    for _id, queue_name, state in rows:
+        metrics.JOBS_RECLAIMED.labels(queue_name).inc()
+        if state == JobState.DEAD:
+            metrics.JOBS_DEAD.labels(queue_name).inc()
             dead += 1
         else:
             retried += 1
@@ -117,13 +117,15 @@ def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[Resc
 def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[CleanResult]:
     """Delete dead/cancelled jobs and stored messages past their retention."""
     jobs, _ = yield from _batched(
-        _Q["delete_finished"],
-        {"retention": config.dead_retention, "limit": config.batch},
+        queue.delete_finished_batch(config.dead_retention, config.batch),
         config.statement_timeout,
     )
     messages, _ = yield from _batched(
-        _Q["delete_old_messages"],
-        {"retention": config.message_retention, "limit": config.batch},
+        Query(
+            _Q["delete_old_messages"],
+            {"retention": config.message_retention, "limit": config.batch},
+            prepare=PLAN_EACH_TIME,
+        ),
         config.statement_timeout,
     )
     if jobs or messages:
@@ -150,11 +152,10 @@ def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[VacuumR
     vacuum already running (autovacuum's) is not waited for. Run it in autocommit mode: VACUUM
     cannot run inside a transaction.
     """
-    rows = (yield Query(_Q["jobs_dead_rows"])).rows
-    dead = int(rows[0][0]) if rows else 0
+    dead = yield from queue.dead_rows()
     if dead < config.vacuum_dead_rows:
         return VacuumResult(dead, vacuumed=False)
-    yield Query(_Q["vacuum_jobs"])
+    yield from queue.vacuum()
     metrics.JOBS_VACUUMS.inc()
     log.debug("vacuumed pgenough.jobs (%d dead rows)", dead)
     return VacuumResult(dead, vacuumed=True)

@@ -4,8 +4,11 @@ Every operation takes the caller's connection, sync or async (``statements.py``)
 joins whatever transaction is open on it: a job exists iff the transaction that enqueued it
 commits, and a handler that completes its job in the transaction holding its own writes has
 exactly-once database effects.
-Claiming, heartbeats and failure bookkeeping live in ``worker.py``; the SQL of all of them is
-in ``sql/queue.sql``.
+This module runs every statement on ``pgenough.jobs`` (``sql/queue.sql``): the producer's
+and the operator's calls, the worker's claims, heartbeats and failure bookkeeping (async
+functions that ``worker.py`` calls), the maintenance duties' batches (``maintenance.py``
+runs them under its timeouts) and the read models other layers need (``job_failures``,
+``jobs_by_payload``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.errors import JobNotFound, LeaseLost
 from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
-from pgenough.core.statements import Atomic, Copy, Plan, Query, dual
+from pgenough.core.statements import AsyncConn, Atomic, Copy, Plan, Query, dual, record_rows
 
 _Q = load("queue")
 
@@ -299,6 +302,32 @@ def queue_stats() -> Plan[list[QueueStats]]:
     return stats
 
 
+@dataclass(frozen=True)
+class JobFailures:
+    dead: int
+    """Jobs dead-lettered in the window."""
+    attempts_failed: int
+    """Failed attempts recorded in the window on jobs still kept (retrying or dead)."""
+
+
+@dual
+def job_failures(window: float) -> Plan[JobFailures]:
+    """What went wrong with jobs in the last ``window`` seconds."""
+    result = yield Query(_Q["job_failures_since"], {"window": window}, record=JobFailures)
+    failures: JobFailures = result.rows[0]  # an aggregate: always one row
+    return failures
+
+
+@dual
+def jobs_by_payload(*, queue: str, kind: str, key: str, value: object) -> Plan[list[JobRecord]]:
+    """The jobs of ``queue`` and ``kind`` whose payload's ``key`` is ``value`` (compared as
+    text: 7 finds ``{"run_id": 7}``), oldest first."""
+    params = {"queue": queue, "kind": kind, "key": key, "value": str(value)}
+    result = yield Query(_Q["jobs_by_payload"], params, record=JobRecord, prepare=PLAN_EACH_TIME)
+    jobs: list[JobRecord] = result.rows
+    return jobs
+
+
 @dual
 def refresh_queue_metrics() -> Plan[list[QueueStats]]:
     """``queue_stats`` into the depth gauges (workers call it every ``stats_interval``, the
@@ -306,6 +335,131 @@ def refresh_queue_metrics() -> Plan[list[QueueStats]]:
     stats = yield from queue_stats.plan()
     metrics.set_queue_stats(stats)
     return stats
+
+
+# -- the worker's side: async, on the worker's own connections ----------------------------------
+
+_JOB_ROWS = record_rows(Job)
+
+
+async def hold_for_claims(conn: AsyncConn) -> None:
+    """Set up the session of a connection a claim loop keeps (see ``worker._Executor._hold``
+    for why): its claims planned at each execution and never with a Sort."""
+    await conn.execute(_Q["plan_each_claim"])
+
+
+async def unhold_for_claims(conn: AsyncConn) -> None:
+    """Undo ``hold_for_claims``, before the connection goes back to the pool."""
+    await conn.execute(_Q["plan_as_usual"])
+
+
+async def claim(
+    conn: AsyncConn,
+    *,
+    queue: str,
+    worker: str,
+    lease: float,
+    limit: int,
+    done: Sequence[Job],
+    after: tuple[int, datetime, int] | None = None,
+) -> list[Job]:
+    """Acknowledge ``done`` (those still this claim) and claim up to ``limit`` ready jobs of
+    ``queue`` for ``worker``, in one statement: past the position ``after`` (priority,
+    run_at, id) within that priority when given, else from the start of the claim index.
+
+    On a connection that prepares, the session must be held (``hold_for_claims``); on one
+    that does not, the planner setting is made for this transaction only."""
+    params: dict[str, Any] = {
+        "done_ids": int_array(j.id for j in done),
+        "done_attempts": int_array(j.attempts for j in done),
+        "queue": queue,
+        "limit": limit,
+        "lease": lease,
+        "worker": worker,
+    }
+    if after is None:
+        query = _Q["claim"]
+    else:
+        query = _Q["claim_after"]
+        params.update(priority=after[0], after_run_at=after[1], after_id=after[2])
+    cur = conn.cursor(row_factory=_JOB_ROWS)
+    if conn.prepare_threshold is not None:
+        # Planned each time and without a Sort: the session is set up for it.
+        return await (await cur.execute(query, params)).fetchall()
+    # Unprepared, perhaps behind a transaction pooler whose server connections are shared:
+    # the planner setting lasts this transaction only (three round trips more than the
+    # claim itself).
+    async with conn.transaction():
+        await conn.execute(_Q["claim_without_sort"])
+        return await (await cur.execute(query, params)).fetchall()
+
+
+async def record_failure(
+    conn: AsyncConn, job: Job, error: str, delay: float, *, give_up: bool
+) -> str | None:
+    """Record a failed attempt of ``job``: ready again after ``delay`` seconds, or dead when
+    its attempts are spent or ``give_up``. Returns the job's new state, None when the job
+    was no longer this claim."""
+    params = {
+        "id": job.id,
+        "attempts": job.attempts,
+        "error": error,
+        "delay": delay,
+        "give_up": give_up,
+    }
+    cur = await conn.execute(_Q["fail"], params, prepare=PLAN_EACH_TIME)
+    row = await cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+async def extend_leases(
+    conn: AsyncConn, ids: Sequence[int], *, worker: str, lease: float
+) -> set[int]:
+    """Extend the leases of ``worker``'s jobs ``ids`` to ``lease`` seconds from now; return
+    the ids extended (a job being completed or lost is skipped)."""
+    cur = await conn.execute(
+        _Q["heartbeat"],
+        {"ids": int_array(ids), "lease": lease, "worker": worker},
+        prepare=PLAN_EACH_TIME,
+    )
+    return {row[0] for row in await cur.fetchall()}
+
+
+async def release_claims(conn: AsyncConn, jobs: Sequence[Job], *, worker: str, error: str) -> int:
+    """Make ``worker``'s claims of ``jobs`` runnable again at once, their attempt counted and
+    ``error`` recorded; return how many were still its claims."""
+    cur = await conn.execute(
+        _Q["release"],
+        {"ids": int_array(j.id for j in jobs), "worker": worker, "error": error},
+        prepare=PLAN_EACH_TIME,
+    )
+    return cur.rowcount
+
+
+# -- the maintenance duties' statements (maintenance.py runs them under its timeouts) ------------
+
+
+def rescue_expired_batch(limit: int) -> Query:
+    """Take back up to ``limit`` expired claims; rows (id, queue, new state)."""
+    return Query(_Q["rescue_expired"], {"limit": limit}, prepare=PLAN_EACH_TIME)
+
+
+def delete_finished_batch(retention: float, limit: int) -> Query:
+    """Delete up to ``limit`` dead and cancelled jobs finished ``retention`` seconds ago."""
+    return Query(
+        _Q["delete_finished"], {"retention": retention, "limit": limit}, prepare=PLAN_EACH_TIME
+    )
+
+
+def dead_rows() -> Plan[int]:
+    """The jobs table's dead rows, as the statistics collector last counted them."""
+    rows = (yield Query(_Q["jobs_dead_rows"])).rows
+    return int(rows[0][0]) if rows else 0
+
+
+def vacuum() -> Plan[None]:
+    """VACUUM the jobs table (in autocommit mode); one already running is not waited for."""
+    yield Query(_Q["vacuum_jobs"])
 
 
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")

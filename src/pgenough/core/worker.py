@@ -48,9 +48,9 @@ from psycopg.adapt import Loader
 from psycopg.postgres import types as pg_types
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import maintenance, metrics
-from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core import maintenance, metrics, queue
 from pgenough.core.errors import GiveUp, LeaseLost, RetryIn, TaskTimeout
+from pgenough.core.job_states import JobState
 from pgenough.core.logcontext import context_with
 from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
@@ -59,15 +59,11 @@ from pgenough.core.queue import (
     Job,
     PayloadLoader,
     complete_many,
-    int_array,
     refresh_queue_metrics,
 )
 from pgenough.core.retry import Backoff
-from pgenough.core.statements import record_rows
 
 log = logging.getLogger(__name__)
-_Q = load("queue")
-_JOB_ROWS = record_rows(Job)
 
 Handler: TypeAlias = Callable[[Job], Awaitable[None]]
 BatchFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], Sequence[Job]], Awaitable[None]]
@@ -328,8 +324,8 @@ class _Executor:
         """
         conn = await self.pool.getconn()
         try:
-            if conn.prepare_threshold is not None:  # else _claim sets it per transaction
-                await conn.execute(_Q["plan_each_claim"])
+            if conn.prepare_threshold is not None:  # else the claim sets it per transaction
+                await queue.hold_for_claims(conn)
         except BaseException:
             await self.pool.putconn(conn)
             raise
@@ -345,7 +341,7 @@ class _Executor:
             with contextlib.suppress(psycopg.Error):
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     await conn.rollback()  # else the pool would, and keep the settings
-                await conn.execute(_Q["plan_as_usual"])
+                await queue.unhold_for_claims(conn)
         await self.pool.putconn(conn)
 
     async def _claim(
@@ -364,35 +360,18 @@ class _Executor:
         dead prefix runs at most that often.
         """
         now = time.monotonic()
-        params: dict[str, Any] = {
-            "done_ids": int_array(j.id for j in done),
-            "done_attempts": int_array(j.attempts for j in done),
-            "queue": self.config.queue,
-            "limit": limit,
-            "lease": self.config.lease,
-            "worker": self.name,
-        }
         full = self._after is None or not limit or now >= self._rescan_at
-        if full:
-            query = _Q["claim"]
-            if limit:
-                self._rescan_at = now + RESCAN_INTERVAL
-        else:
-            assert self._after is not None
-            priority, run_at, after_id = self._after
-            query = _Q["claim_after"]
-            params.update(priority=priority, after_run_at=run_at, after_id=after_id)
-        cur = conn.cursor(row_factory=_JOB_ROWS)
-        if conn.prepare_threshold is not None:
-            # Planned each time and without a Sort: the session is set up for it (_hold).
-            jobs = await (await cur.execute(query, params)).fetchall()
-        else:
-            # Unprepared, perhaps behind a transaction pooler whose server connections are
-            # shared: the planner setting lasts this transaction only (three round trips
-            # more than the claim itself).
-            async with conn.transaction():
-                await conn.execute(_Q["claim_without_sort"])
-                jobs = await (await cur.execute(query, params)).fetchall()
+        if full and limit:
+            self._rescan_at = now + RESCAN_INTERVAL
+        jobs = await queue.claim(
+            conn,
+            queue=self.config.queue,
+            worker=self.name,
+            lease=self.config.lease,
+            limit=limit,
+            done=done,
+            after=None if full else self._after,
+        )
         self._rescan_pending = not full and len(jobs) < limit
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         if jobs:
@@ -678,26 +657,18 @@ class _Executor:
     async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
         self._metrics.failed.inc()
         self.stats.failed += 1
-        params = {
-            "id": job.id,
-            "attempts": job.attempts,
-            "error": error[:2000],
-            "delay": delay,
-            "give_up": give_up,
-        }
         try:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(_Q["fail"], params, prepare=PLAN_EACH_TIME)
-                row = await cur.fetchone()
+                state = await queue.record_failure(conn, job, error[:2000], delay, give_up=give_up)
         except psycopg.Error as exc:
             # The claim stays 'running'; the rescuer takes it back when its lease expires.
             log.error("%s: could not record failure of job %d: %s", self.name, job.id, exc)
             return
-        if row is None:
+        if state is None:
             log.warning(
                 "%s: job %d lost its claim before its failure was recorded", self.name, job.id
             )
-        elif row[0] == "dead":
+        elif state == JobState.DEAD:
             self._metrics.dead.inc()
             log.error(
                 "%s: job %d (%s) is dead after %d attempt(s): %s",
@@ -722,12 +693,9 @@ class _Executor:
         ids = list(self._inflight)
         try:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    _Q["heartbeat"],
-                    {"ids": int_array(ids), "lease": self.config.lease, "worker": self.name},
-                    prepare=PLAN_EACH_TIME,
+                extended = await queue.extend_leases(
+                    conn, ids, worker=self.name, lease=self.config.lease
                 )
-                extended = {row[0] for row in await cur.fetchall()}
         except psycopg.OperationalError as exc:
             log.warning("%s: heartbeat failed: %s", self.name, exc)
             return
@@ -780,13 +748,9 @@ class _Executor:
 
     async def _hand_back(self, conn: psycopg.AsyncConnection[Any], jobs: list[Job]) -> None:
         """Make interrupted claims runnable again at once (their attempt stays counted)."""
-        cur = await conn.execute(
-            _Q["release"],
-            {"ids": int_array(j.id for j in jobs), "worker": self.name, "error": INTERRUPTED},
-            prepare=PLAN_EACH_TIME,
-        )
-        if cur.rowcount:
-            log.warning("%s: released %d interrupted job(s)", self.name, cur.rowcount)
+        released = await queue.release_claims(conn, jobs, worker=self.name, error=INTERRUPTED)
+        if released:
+            log.warning("%s: released %d interrupted job(s)", self.name, released)
 
 
 class Worker:

@@ -3,8 +3,9 @@
 offer. Single jobs and lists of them are the core's own (``get_job``, ``list_jobs``); this
 module adds what only the plan service knows (which run a chunk job belongs to).
 
-Reads are plain queries on ``pgenough.runs``, ``plan_failures`` and the core's jobs table
-(``sql/inspect.sql``), returned as frozen dataclasses that turn into JSON with
+Reads are plain queries on ``pgenough.runs`` and ``plan_failures`` (``sql/inspect.sql``),
+and the core's public calls for jobs (``queue_stats``, ``job_failures``, ``jobs_by_payload``,
+``list_jobs``), returned as frozen dataclasses that turn into JSON with
 ``pgenough.jsonable.as_json``.
 Repairs go only through the core's documented operations (``retry_job``, ``retry_dead``,
 ``cancel_job``, ``rescue_expired``), each in its own transaction.
@@ -24,6 +25,8 @@ from pgenough.core import (
     JOB_STATES,
     JobRecord,
     QueueStats,
+    job_failures,
+    jobs_by_payload,
     list_jobs,
     named_queries,
     queue_stats,
@@ -149,10 +152,12 @@ async def overview(conn: AsyncConn, window: float = DEFAULT_WINDOW) -> Overview:
         row = await fcur.fetchone()
     assert row is not None  # an aggregate: always one row
     at = row.pop("at")
+    jobs = await job_failures(conn, window)
+    failures = Failures(**row, jobs_dead=jobs.dead, job_attempts_failed=jobs.attempts_failed)
     async with conn.cursor(row_factory=class_row(ThroughputPoint)) as tcur:
         await tcur.execute(_Q["throughput"], params)
         throughput = await tcur.fetchall()
-    return Overview(at, window, providers, await queue_stats(conn), Failures(**row), throughput)
+    return Overview(at, window, providers, await queue_stats(conn), failures, throughput)
 
 
 async def provider_names(conn: AsyncConn) -> list[str]:
@@ -205,8 +210,9 @@ async def get_run(conn: AsyncConn, run_id: int) -> RunDetail | None:
             return None
         await cur.execute(_Q["run_row_failures"], {"id": run_id, "limit": ROW_FAILURES_SHOWN})
         row_failures = [RowFailure(**r) for r in await cur.fetchall()]
-        await cur.execute(_Q["run_jobs"], {"id": run_id, "queue": PLANS_QUEUE, "kind": CHUNK_KIND})
-        jobs = [JobRecord(**r) for r in await cur.fetchall()]
+    jobs = await jobs_by_payload(
+        conn, queue=PLANS_QUEUE, kind=CHUNK_KIND, key="run_id", value=run_id
+    )
     return RunDetail(**row, row_failures=row_failures, jobs=jobs)
 
 

@@ -27,22 +27,15 @@ LEFT JOIN LATERAL (
 ORDER BY n.provider
 
 -- name: failures_since
--- What went wrong in the window: failed runs, rows that could not be written, jobs
--- dead-lettered, and failed job attempts (dead or retried); and the database's now.
+-- What went wrong in the window: failed runs and rows that could not be written (the jobs'
+-- side is the core's job_failures); and the database's now.
 SELECT
     now() AS at,
     (SELECT count(*) FROM pgenough.runs
      WHERE status = 'FAILED' AND failed_at > now() - %(window)s * interval '1 second')
         AS runs_failed,
     (SELECT count(*) FROM pgenough.plan_failures
-     WHERE at > now() - %(window)s * interval '1 second') AS rows_failed,
-    (SELECT count(*) FROM pgenough.jobs
-     WHERE state = 'dead' AND finished_at > now() - %(window)s * interval '1 second')
-        AS jobs_dead,
-    (SELECT count(*) FROM pgenough.jobs j, jsonb_array_elements(j.errors) e
-     WHERE j.last_error IS NOT NULL
-       AND (e ->> 'at')::timestamptz > now() - %(window)s * interval '1 second')
-        AS job_attempts_failed
+     WHERE at > now() - %(window)s * interval '1 second') AS rows_failed
 
 -- name: throughput
 -- Plans processed per minute over the window, from the runs that finished in it (a run's
@@ -87,15 +80,6 @@ FROM pgenough.plan_failures
 WHERE run_id = %(id)s
 ORDER BY seq
 LIMIT %(limit)s
-
--- name: run_jobs
--- The run's chunk jobs still in the queue (completed ones are deleted): waiting, running,
--- failing, dead or cancelled.
-SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, run_at,
-       created_at, claimed_at, lease_until, worker, finished_at, dedupe_key, last_error, errors
-FROM pgenough.jobs
-WHERE queue = %(queue)s AND kind = %(kind)s AND payload ->> 'run_id' = %(id)s::text
-ORDER BY id
 
 -- name: provider_names
 -- Every provider that has a run, by a loose index scan over runs_provider_idx (one probe per
