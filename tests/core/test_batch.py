@@ -27,11 +27,11 @@ from pgenough.core import (
     RetryIn,
     Worker,
     WorkerConfig,
-    cancel_job,
+    discard_job,
     enqueue,
     enqueue_many,
     get_job,
-    rescue_expired,
+    requeue_stuck,
 )
 from pgenough.core._sql import load
 from pgenough.core.statements import record_rows
@@ -332,13 +332,13 @@ async def take_back_by_rescuer(db: AsyncConnectionPool, job_id: int) -> None:
             "UPDATE pgenough.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
             (job_id,),
         )
-        result = await rescue_expired(conn)
+        result = await requeue_stuck(conn)
     assert result.retried == 1
 
 
 async def cancel_by_operator(db: AsyncConnectionPool, job_id: int) -> None:
     async with db.connection() as conn:
-        await cancel_job(conn, job_id)
+        await discard_job(conn, job_id)
 
 
 @pytest.mark.parametrize("lose", [take_back_by_rescuer, cancel_by_operator])

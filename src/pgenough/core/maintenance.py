@@ -95,11 +95,9 @@ def _timed(statement: Query, timeout: float) -> Plan[Result]:
 
 
 @dual
-def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[RescueResult]:
+def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[RescueResult]:
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
-    _, rows = yield from _batched(
-        queue.rescue_expired_batch(config.batch), config.statement_timeout
-    )
+    _, rows = yield from _batched(queue.requeue_stuck_batch(config.batch), config.statement_timeout)
     retried = dead = 0
     for _id, queue_name, state in rows:
         metrics.JOBS_RECLAIMED.labels(queue_name).inc()
@@ -111,6 +109,10 @@ def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[Resc
     if rows:
         log.warning("reclaimed %d expired lease(s): %d to retry, %d dead", len(rows), retried, dead)
     return RescueResult(retried=retried, dead=dead)
+
+
+rescue_expired = requeue_stuck
+"""Deprecated: ``requeue_stuck``'s old name (docs/messaging.md, "Renamed names")."""
 
 
 @dual
@@ -166,7 +168,7 @@ def register(periodic: Periodic, pool: AsyncConnectionPool, config: MaintenanceC
 
     async def rescue() -> None:
         async with pool.connection() as conn:
-            await rescue_expired(conn, config)
+            await requeue_stuck(conn, config)
 
     async def cleanup() -> None:
         async with pool.connection() as conn:

@@ -252,11 +252,15 @@ def retry_dead(queue: str | None = None) -> Plan[int]:
 
 
 @dual
-def cancel_job(job_id: int) -> Plan[None]:
+def discard_job(job_id: int) -> Plan[None]:
     """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
-    result = yield Query(_Q["cancel_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
+    result = yield Query(_Q["discard_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "cancel")
+
+
+cancel_job = discard_job
+"""Deprecated: ``discard_job``'s old name (docs/messaging.md, "Renamed names")."""
 
 
 @dual
@@ -439,9 +443,9 @@ async def release_claims(conn: AsyncConn, jobs: Sequence[Job], *, worker: str, e
 # -- the maintenance duties' statements (maintenance.py runs them under its timeouts) ------------
 
 
-def rescue_expired_batch(limit: int) -> Query:
+def requeue_stuck_batch(limit: int) -> Query:
     """Take back up to ``limit`` expired claims; rows (id, queue, new state)."""
-    return Query(_Q["rescue_expired"], {"limit": limit}, prepare=PLAN_EACH_TIME)
+    return Query(_Q["requeue_stuck"], {"limit": limit}, prepare=PLAN_EACH_TIME)
 
 
 def delete_finished_batch(retention: float, limit: int) -> Query:

@@ -4,10 +4,11 @@ producer-side call they take a sync or an async connection (``statements.py``)."
 
 from __future__ import annotations
 
-from pgenough.core.maintenance import RescueResult, rescue_expired
+from pgenough.core import maintenance
+from pgenough.core.maintenance import RescueResult
 from pgenough.core.queue import (
     JobRecord,
-    cancel_job,
+    discard_job,
     get_job,
     retry_dead,
     retry_job,
@@ -30,17 +31,17 @@ def retry_all_dead(queue: str | None = None) -> Plan[int]:
 
 @dual
 def discard(job_id: int) -> Plan[JobRecord]:
-    """Cancel a job that has not finished (``core.cancel_job``); it stays visible as
+    """Cancel a job that has not finished (``core.discard_job``); it stays visible as
     ``cancelled`` until the cleaner removes it, and can still be retried until then."""
-    job: JobRecord = yield Atomic(_then_get(cancel_job.plan(job_id), job_id))
+    job: JobRecord = yield Atomic(_then_get(discard_job.plan(job_id), job_id))
     return job
 
 
 @dual
 def requeue_stuck() -> Plan[RescueResult]:
     """Take back now every claim whose lease expired, as the rescuer would on its next
-    round (``core.rescue_expired``): retried, or dead when its attempts are spent."""
-    return (yield from rescue_expired.plan())
+    round (``core.requeue_stuck``): retried, or dead when its attempts are spent."""
+    return (yield from maintenance.requeue_stuck.plan())
 
 
 def _then_get(change: Plan[None], job_id: int) -> Plan[JobRecord]:

@@ -206,7 +206,7 @@ SET state = 'ready',
 WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING id
 
--- name: cancel_job
+-- name: discard_job
 -- Operator: cancel a job that has not finished. A running job's handler can no longer
 -- complete it (its completion finds no claim), so transactional effects roll back.
 UPDATE pgenough.jobs
@@ -248,7 +248,7 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::pgenough.job_state)
 ORDER BY id DESC
 LIMIT %(limit)s
 
--- name: rescue_expired
+-- name: requeue_stuck
 -- Take back claims whose lease expired (the worker died or hung). The attempt was counted at
 -- claim time; a job with no attempts left is dead-lettered instead of retried. Rows locked by
 -- a handler's completing transaction are skipped: that claim is about to finish.
