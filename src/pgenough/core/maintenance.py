@@ -29,7 +29,10 @@ DEFAULT_MESSAGE_RETENTION = 3600.0
 DEFAULT_VACUUM_INTERVAL = 10.0
 DEFAULT_VACUUM_DEAD_ROWS = 50_000
 DEFAULT_BATCH = 1000
-DEFAULT_STATEMENT_TIMEOUT = 10.0
+DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT = 10.0
+"""Seconds one maintenance batch may run (not the dashboard's queries' timeout)."""
+DEFAULT_STATEMENT_TIMEOUT = DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT
+"""Deprecated: ``DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT``'s old name."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class MaintenanceConfig:
     vacuum_dead_rows: int = DEFAULT_VACUUM_DEAD_ROWS
     """Dead rows past which the vacuum duty vacuums the jobs table."""
     batch: int = DEFAULT_BATCH
-    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+    statement_timeout: float = DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT
 
     def __post_init__(self) -> None:
         if min(self.rescue_interval, self.clean_interval, self.statement_timeout) <= 0:

@@ -35,7 +35,11 @@ _Q = load("queue")
 DEFAULT_QUEUE = "default"
 JOBS_CHANNEL = "pgenough_jobs"
 """Notified with a queue's name when it gets runnable work (workers listen here)."""
-DEFAULT_MAX_ATTEMPTS = 20
+DEFAULT_JOB_MAX_ATTEMPTS = 20
+"""Attempts a job gets unless its enqueue says otherwise (not the plan service's HTTP
+attempts per fetch)."""
+DEFAULT_MAX_ATTEMPTS = DEFAULT_JOB_MAX_ATTEMPTS
+"""Deprecated: ``DEFAULT_JOB_MAX_ATTEMPTS``'s old name."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class NewJob:
     priority: int = 0
     run_at: datetime | timedelta | None = None
     """When it may first run: a time, a delay from the database's now, or now."""
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS
     dedupe_key: str | None = None
 
     def __post_init__(self) -> None:
@@ -125,7 +129,7 @@ def enqueue(
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
     run_at: datetime | timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
     dedupe_key: str | None = None,
 ) -> Plan[int | None]:
     """Enqueue one job in the transaction open on ``conn``; return its id.

@@ -58,7 +58,7 @@ from pgenough.core.errors import GiveUp, PgenoughError, TaskTimeout
 from pgenough.core.migrations import MigrationSet
 from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.queue import (
-    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_JOB_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     Job,
     NewJob,
@@ -111,7 +111,7 @@ class EnqueueOptions:
 
     queue: str = DEFAULT_QUEUE
     priority: int = 0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS
     run_at: datetime | timedelta | None = None
     dedupe_key: str | None = None
 
@@ -454,7 +454,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
@@ -467,7 +467,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
@@ -480,7 +480,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
@@ -508,7 +508,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
