@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
+    EnqueueOptions,
     Job,
     JobNotFound,
     LeaseLost,
@@ -230,3 +232,14 @@ async def test_list_jobs_filters_by_state_queue_and_failure_and_pages_by_id(
     assert [j.id for j in cancelled] == [ids[0]]
     assert [(j.id, j.state) for j in failing] == [(flaky, "ready"), (doomed, "dead")]
     assert [j.id for j in first + rest] == [j.id for j in everything]
+
+
+def test_new_job_carries_the_enqueue_options() -> None:
+    """``NewJob``'s fields are a kind, a payload and ``EnqueueOptions``'s, so that
+    ``NewJob.with_options`` and the options the tasks use cannot drift apart."""
+    options = {f.name for f in dataclasses.fields(EnqueueOptions)}
+    assert [f.name for f in dataclasses.fields(NewJob)][:2] == ["kind", "payload"]
+    assert {f.name for f in dataclasses.fields(NewJob)[2:]} == options
+    chosen = EnqueueOptions(queue="q", priority=3, max_attempts=2, dedupe_key="k")
+    job = NewJob.with_options("k", {"a": 1}, chosen)
+    assert {name: getattr(job, name) for name in options} == dataclasses.asdict(chosen)

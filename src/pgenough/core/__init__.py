@@ -31,6 +31,7 @@ from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
+    EnqueueOptions,
     Job,
     JobFailures,
     JobRecord,
@@ -57,7 +58,6 @@ from pgenough.core.tasks import (
     App,
     AppNotFound,
     BatchTask,
-    EnqueueOptions,
     Task,
     TaskArgumentsError,
     TaskContext,

@@ -59,8 +59,22 @@ class Job:
 
 
 @dataclass(frozen=True)
+class EnqueueOptions:
+    """How a job is enqueued, whatever enqueues it (``enqueue``'s keywords, a task's
+    declaration and ``Task.using``, a ``NewJob``): the one list of the options."""
+
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS
+    run_at: datetime | timedelta | None = None
+    """When it may first run: a time, a delay from the database's now, or now."""
+    dedupe_key: str | None = None
+
+
+@dataclass(frozen=True)
 class NewJob:
-    """A job to enqueue in bulk with ``enqueue_many``."""
+    """A job to enqueue in bulk with ``enqueue_many``: a kind, a payload and the fields of
+    ``EnqueueOptions`` (tests/core/test_queue.py checks they stay the same)."""
 
     kind: str
     payload: Any = None
@@ -76,6 +90,19 @@ class NewJob:
             raise ValueError("max_attempts must be >= 1")
         if not self.kind:
             raise ValueError("kind must not be empty")
+
+    @classmethod
+    def with_options(cls, kind: str, payload: Any, options: EnqueueOptions) -> NewJob:
+        """The job of ``kind`` and ``payload`` enqueued with ``options``."""
+        return cls(
+            kind,
+            payload,
+            queue=options.queue,
+            priority=options.priority,
+            run_at=options.run_at,
+            max_attempts=options.max_attempts,
+            dedupe_key=options.dedupe_key,
+        )
 
 
 @dataclass(frozen=True)
@@ -137,8 +164,8 @@ def enqueue(
     Returns None when ``dedupe_key`` matches a job of the same queue that is still ready or
     running. Idle workers of the queue are woken when the transaction commits.
     """
-    job = NewJob(kind, payload, queue, priority, run_at, max_attempts, dedupe_key)
-    return (yield from enqueue_job(job))
+    options = EnqueueOptions(queue, priority, max_attempts, run_at, dedupe_key)
+    return (yield from enqueue_job(NewJob.with_options(kind, payload, options)))
 
 
 def enqueue_job(job: NewJob) -> Plan[int | None]:

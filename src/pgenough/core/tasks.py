@@ -60,6 +60,7 @@ from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.queue import (
     DEFAULT_JOB_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    EnqueueOptions,
     Job,
     NewJob,
     complete,
@@ -103,17 +104,6 @@ class TaskContext:
 
     job: Job
     pool: AsyncConnectionPool
-
-
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """How a task's jobs are enqueued; ``Task.using`` overrides them per call."""
-
-    queue: str = DEFAULT_QUEUE
-    priority: int = 0
-    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS
-    run_at: datetime | timedelta | None = None
-    dedupe_key: str | None = None
 
 
 class Task(Generic[P]):
@@ -204,16 +194,7 @@ class Task(Generic[P]):
         return self._job(args, kwargs)
 
     def _job(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NewJob:
-        o = self.options
-        return NewJob(
-            self.name,
-            self.payload(*args, **kwargs),
-            queue=o.queue,
-            priority=o.priority,
-            run_at=o.run_at,
-            max_attempts=o.max_attempts,
-            dedupe_key=o.dedupe_key,
-        )
+        return NewJob.with_options(self.name, self.payload(*args, **kwargs), self.options)
 
     def payload(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The arguments by name, as the job will carry them; ``TaskArgumentsError`` when
