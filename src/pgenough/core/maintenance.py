@@ -17,7 +17,7 @@ from pgenough.core import metrics, queue
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.job_states import JobState
 from pgenough.core.periodic import Periodic
-from pgenough.core.statements import Atomic, Plan, Query, Result, dual
+from pgenough.core.statements import Atomic, Query, Result, Steps, dual
 
 log = logging.getLogger(__name__)
 _Q = load("maintenance")
@@ -73,7 +73,7 @@ class CleanResult:
     messages_deleted: int
 
 
-def _batched(statement: Query, timeout: float) -> Plan[tuple[int, list[tuple[Any, ...]]]]:
+def _batched(statement: Query, timeout: float) -> Steps[tuple[int, list[tuple[Any, ...]]]]:
     """Run a ``LIMIT``-batched statement (its ``limit`` parameter) until a batch comes back
     short, each batch in its own transaction under a statement timeout.
 
@@ -91,14 +91,14 @@ def _batched(statement: Query, timeout: float) -> Plan[tuple[int, list[tuple[Any
             return affected, rows
 
 
-def _timed(statement: Query, timeout: float) -> Plan[Result]:
+def _timed(statement: Query, timeout: float) -> Steps[Result]:
     yield Query(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
     result: Result = yield statement
     return result
 
 
 @dual
-def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[RescueResult]:
+def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[RescueResult]:
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
     _, rows = yield from _batched(queue.requeue_stuck_batch(config.batch), config.statement_timeout)
     retried = dead = 0
@@ -119,7 +119,7 @@ rescue_expired = requeue_stuck
 
 
 @dual
-def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[CleanResult]:
+def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[CleanResult]:
     """Delete dead/cancelled jobs and stored messages past their retention."""
     jobs, _ = yield from _batched(
         queue.delete_finished_batch(config.dead_retention, config.batch),
@@ -146,7 +146,7 @@ class VacuumResult:
 
 
 @dual
-def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[VacuumResult]:
+def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[VacuumResult]:
     """VACUUM the jobs table when it holds ``vacuum_dead_rows`` dead rows or more.
 
     Every job leaves three dead row versions (the claim updates it, the completion deletes

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
-from pgenough.core.statements import Plan, Query, dual
+from pgenough.core.statements import Query, Steps, dual
 
 log = logging.getLogger(__name__)
 _Q = load("pubsub")
@@ -55,7 +55,7 @@ class Gap:
 
 
 @dual
-def publish(channel: str, payload: str) -> Plan[None]:
+def publish(channel: str, payload: str) -> Steps[None]:
     """Publish ``payload`` on ``channel`` in the transaction open on ``conn``."""
     if not channel:
         raise ValueError("channel must not be empty")

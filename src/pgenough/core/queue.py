@@ -28,7 +28,7 @@ from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.errors import JobNotFound, LeaseLost
 from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
-from pgenough.core.statements import AsyncConn, Atomic, Copy, Plan, Query, dual, record_rows
+from pgenough.core.statements import AsyncConn, Atomic, Copy, Query, Steps, dual, record_rows
 
 _Q = load("queue")
 
@@ -158,7 +158,7 @@ def enqueue(
     run_at: datetime | timedelta | None = None,
     max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
     dedupe_key: str | None = None,
-) -> Plan[int | None]:
+) -> Steps[int | None]:
     """Enqueue one job in the transaction open on ``conn``; return its id.
 
     Returns None when ``dedupe_key`` matches a job of the same queue that is still ready or
@@ -168,8 +168,8 @@ def enqueue(
     return (yield from enqueue_job(NewJob.with_options(kind, payload, options)))
 
 
-def enqueue_job(job: NewJob) -> Plan[int | None]:
-    """The plan of ``enqueue`` for a built job (what ``Task.enqueue`` runs)."""
+def enqueue_job(job: NewJob) -> Steps[int | None]:
+    """The steps of ``enqueue`` for a built job (what ``Task.enqueue`` runs)."""
     result = yield Query(
         _Q["enqueue"],
         {
@@ -191,7 +191,7 @@ def enqueue_job(job: NewJob) -> Plan[int | None]:
 
 
 @dual
-def enqueue_many(jobs: Iterable[NewJob]) -> Plan[int]:
+def enqueue_many(jobs: Iterable[NewJob]) -> Steps[int]:
     """Enqueue many jobs with COPY in the transaction open on ``conn``.
 
     Returns how many were inserted: jobs whose dedupe key is taken by a live job, or by an
@@ -206,7 +206,7 @@ def enqueue_many(jobs: Iterable[NewJob]) -> Plan[int]:
     return sum(inserted.values())
 
 
-def _insert_many(batch: list[NewJob]) -> Plan[dict[str, int]]:
+def _insert_many(batch: list[NewJob]) -> Steps[dict[str, int]]:
     now: datetime = (yield Query(_Q["db_now"])).rows[0][0]
     inserted: dict[str, int] = {}
     if any(j.dedupe_key is not None for j in batch):
@@ -240,7 +240,7 @@ def _copy_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
 
 
 @dual
-def complete(job: Job) -> Plan[None]:
+def complete(job: Job) -> Steps[None]:
     """Complete ``job`` in the transaction open on ``conn``.
 
     Call it in the same transaction as the handler's own writes: they then commit together,
@@ -255,7 +255,7 @@ def complete(job: Job) -> Plan[None]:
 
 
 @dual
-def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
+def complete_many(jobs: Sequence[Job]) -> Steps[set[int]]:
     """Complete ``jobs`` in the transaction open on ``conn``, in one statement; return the
     ids of those that were still this claim. Fewer ids than jobs means some were reclaimed
     or cancelled meanwhile: roll back, or their effects would commit twice."""
@@ -268,7 +268,7 @@ def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
 
 
 @dual
-def retry_job(job_id: int) -> Plan[None]:
+def retry_job(job_id: int) -> Steps[None]:
     """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
     result = yield Query(_Q["retry_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
@@ -276,14 +276,14 @@ def retry_job(job_id: int) -> Plan[None]:
 
 
 @dual
-def retry_dead(queue: str | None = None) -> Plan[int]:
+def retry_dead(queue: str | None = None) -> Steps[int]:
     """Make every dead job of ``queue`` (all queues when None) runnable now; return how many."""
     result = yield Query(_Q["retry_dead"], {"queue": queue}, prepare=PLAN_EACH_TIME)
     return len(result.rows)
 
 
 @dual
-def discard_job(job_id: int) -> Plan[None]:
+def discard_job(job_id: int) -> Steps[None]:
     """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
     result = yield Query(_Q["discard_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
@@ -295,7 +295,7 @@ cancel_job = discard_job
 
 
 @dual
-def get_job(job_id: int) -> Plan[JobRecord | None]:
+def get_job(job_id: int) -> Steps[JobRecord | None]:
     """The job's row, or None when it does not exist (completed jobs are deleted)."""
     result = yield Query(_Q["get_job"], {"id": job_id}, record=JobRecord, prepare=PLAN_EACH_TIME)
     return result.rows[0] if result.rows else None
@@ -309,7 +309,7 @@ def list_jobs(
     failing: bool = False,
     limit: int = 100,
     before: int | None = None,
-) -> Plan[list[JobRecord]]:
+) -> Steps[list[JobRecord]]:
     """Jobs newest first: of one ``state`` (ready, running, dead, cancelled) or all, of one
     ``queue`` or all; ``failing`` keeps those whose last attempt raised - dead, or waiting to
     retry. Page with ``before``: the smallest id of the previous page."""
@@ -330,7 +330,7 @@ def list_jobs(
 
 
 @dual
-def queue_stats() -> Plan[list[QueueStats]]:
+def queue_stats() -> Steps[list[QueueStats]]:
     """Per-queue depth by state and the age of the oldest runnable job."""
     result = yield Query(_Q["stats"], record=QueueStats)
     stats: list[QueueStats] = result.rows
@@ -346,7 +346,7 @@ class JobFailures:
 
 
 @dual
-def job_failures(window: float) -> Plan[JobFailures]:
+def job_failures(window: float) -> Steps[JobFailures]:
     """What went wrong with jobs in the last ``window`` seconds."""
     result = yield Query(_Q["job_failures_since"], {"window": window}, record=JobFailures)
     failures: JobFailures = result.rows[0]  # an aggregate: always one row
@@ -354,7 +354,7 @@ def job_failures(window: float) -> Plan[JobFailures]:
 
 
 @dual
-def jobs_by_payload(*, queue: str, kind: str, key: str, value: object) -> Plan[list[JobRecord]]:
+def jobs_by_payload(*, queue: str, kind: str, key: str, value: object) -> Steps[list[JobRecord]]:
     """The jobs of ``queue`` and ``kind`` whose payload's ``key`` is ``value`` (compared as
     text: 7 finds ``{"run_id": 7}``), oldest first."""
     params = {"queue": queue, "kind": kind, "key": key, "value": str(value)}
@@ -364,10 +364,10 @@ def jobs_by_payload(*, queue: str, kind: str, key: str, value: object) -> Plan[l
 
 
 @dual
-def refresh_queue_metrics() -> Plan[list[QueueStats]]:
+def refresh_queue_metrics() -> Steps[list[QueueStats]]:
     """``queue_stats`` into the depth gauges (workers call it every ``stats_interval``, the
     API each time it is scraped)."""
-    stats = yield from queue_stats.plan()
+    stats = yield from queue_stats.steps()
     metrics.set_queue_stats(stats)
     return stats
 
@@ -486,13 +486,13 @@ def delete_finished_batch(retention: float, limit: int) -> Query:
     )
 
 
-def dead_rows() -> Plan[int]:
+def dead_rows() -> Steps[int]:
     """The jobs table's dead rows, as the statistics collector last counted them."""
     rows = (yield Query(_Q["jobs_dead_rows"])).rows
     return int(rows[0][0]) if rows else 0
 
 
-def vacuum() -> Plan[None]:
+def vacuum() -> Steps[None]:
     """VACUUM the jobs table (in autocommit mode); one already running is not waited for."""
     yield Query(_Q["vacuum_jobs"])
 
