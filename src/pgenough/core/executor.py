@@ -304,7 +304,8 @@ class _Executor:
         to restore when it goes back to the pool).
 
         Its claims are prepared (the claim is this loop's statement, run thousands of times a
-        second: parsing it each time costs about 11 µs of backend CPU a job at batch 10) and
+        second: parsing it each time costs backend CPU on every job, measured by
+        ``python -m bench.claim_plans`` in docs/benchmarks.md, "Queue in steady state") and
         planned at each execution all the same (``plan_cache_mode``, this session only, for
         as long as the loop holds it): never on a generic plan cached while the table was
         empty (see ``_sql.PLAN_EACH_TIME``). And never with a Sort (``enable_sort``, likewise):

@@ -40,9 +40,7 @@ from pgenough.core.executor import (
 )
 from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
-from pgenough.core.queue import (
-    refresh_queue_metrics,
-)
+from pgenough.core.queue import refresh_queue_metrics
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +53,7 @@ class Worker:
     ``RetryIn(seconds)`` to choose the delay, ``GiveUp`` to dead-letter at once. A handler
     with a ``backoff`` attribute (a task does) retries on that policy instead of the queue's.
     A ``BatchHandler`` takes the claimed jobs of its kind together, in one transaction that
-    also completes them (see the module's "Completion modes").
+    also completes them (see ``executor.py``'s "Completion modes").
 
     Each ``WorkerConfig`` (one per queue; the default queue when none is given) gets its own
     executor: claim loop, concurrency, lease and heartbeat. The process shares the rest, as
