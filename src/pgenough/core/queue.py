@@ -6,7 +6,7 @@ commits, and a handler that completes its job in the transaction holding its own
 exactly-once database effects.
 This module runs every statement on ``pgenough.jobs`` (``sql/queue.sql``): the producer's
 and the operator's calls, the worker's claims, heartbeats and failure bookkeeping (async
-functions that ``worker.py`` calls), the maintenance duties' batches (``maintenance.py``
+functions that ``executor.py`` calls), the maintenance duties' batches (``maintenance.py``
 runs them under its timeouts) and the read models other layers need (``job_failures``,
 ``jobs_by_payload``).
 """
@@ -378,7 +378,7 @@ _JOB_ROWS = record_rows(Job)
 
 
 async def hold_for_claims(conn: AsyncConn) -> None:
-    """Set up the session of a connection a claim loop keeps (see ``worker._Executor._hold``
+    """Set up the session of a connection a claim loop keeps (see ``executor._Executor._hold``
     for why): its claims planned at each execution and never with a Sort."""
     await conn.execute(_Q["plan_each_claim"])
 

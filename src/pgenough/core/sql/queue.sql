@@ -57,7 +57,7 @@ RETURNING queue
 TRUNCATE pgenough_enqueue_staging
 
 -- name: plan_each_claim
--- The claim loop's connection, while the loop holds it (see worker._hold): its prepared
+-- The claim loop's connection, while the loop holds it (see executor._Executor._hold): its prepared
 -- claims are planned at every execution, with their values and the table's current size,
 -- and never with a Sort, so the claim index's order is the only way to the first jobs.
 SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
@@ -103,7 +103,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- before, which stay in the claim index as dead entries for as long as an open snapshot
 -- (a held xmin horizon) keeps vacuum and index hinting from removing them. A job behind
 -- the position is found by the full ``claim`` the worker runs regularly and when this one
--- comes back short (see worker.py).
+-- comes back short (see executor.py).
 WITH done AS (
     DELETE FROM pgenough.jobs j
     USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempts)
