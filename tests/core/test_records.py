@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Job, JobFailures, JobRecord, QueueStats
 from pgenough.core._sql import load
+from pgenough.core.queue import Requeued
 from pgenough.core.statements import record_maker
 
 _CLAIM = {
@@ -39,6 +40,7 @@ STATEMENTS: list[tuple[str, type[Any], dict[str, Any]]] = [
     ("list_jobs", JobRecord, _LIST),
     ("stats", QueueStats, {}),
     ("job_failures_since", JobFailures, {"window": 60.0}),
+    ("requeue_stuck", Requeued, {"limit": 1}),
     ("jobs_by_payload", JobRecord, {"queue": "q", "kind": "k", "key": "k", "value": "1"}),
 ]
 

@@ -73,14 +73,14 @@ class CleanResult:
     messages_deleted: int
 
 
-def _batched(statement: Query, timeout: float) -> Steps[tuple[int, list[tuple[Any, ...]]]]:
+def _batched(statement: Query, timeout: float) -> Steps[tuple[int, list[Any]]]:
     """Run a ``LIMIT``-batched statement (its ``limit`` parameter) until a batch comes back
     short, each batch in its own transaction under a statement timeout.
 
     Returns the rows affected and the rows returned, over all batches.
     """
     affected = 0
-    rows: list[tuple[Any, ...]] = []
+    rows: list[Any] = []
     assert statement.params is not None
     limit = int(statement.params["limit"])
     while True:
@@ -102,10 +102,10 @@ def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[Resc
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
     _, rows = yield from _batched(queue.requeue_stuck_batch(config.batch), config.statement_timeout)
     retried = dead = 0
-    for _id, queue_name, state in rows:
-        metrics.JOBS_RECLAIMED.labels(queue_name).inc()
-        if state == JobState.DEAD:
-            metrics.JOBS_DEAD.labels(queue_name).inc()
+    for job in rows:
+        metrics.JOBS_RECLAIMED.labels(job.queue).inc()
+        if job.state == JobState.DEAD:
+            metrics.JOBS_DEAD.labels(job.queue).inc()
             dead += 1
         else:
             retried += 1

@@ -474,9 +474,19 @@ async def release_claims(conn: AsyncConn, jobs: Sequence[Job], *, worker: str, e
 # -- the maintenance duties' statements (maintenance.py runs them under its timeouts) ------------
 
 
+@dataclass(frozen=True)
+class Requeued:
+    """A claim taken back by ``requeue_stuck_batch``."""
+
+    id: int
+    queue: str
+    state: str
+    """Its new state: ready (to retry) or dead (attempts spent)."""
+
+
 def requeue_stuck_batch(limit: int) -> Query:
-    """Take back up to ``limit`` expired claims; rows (id, queue, new state)."""
-    return Query(_Q["requeue_stuck"], {"limit": limit}, prepare=PLAN_EACH_TIME)
+    """Take back up to ``limit`` expired claims; a ``Requeued`` row each."""
+    return Query(_Q["requeue_stuck"], {"limit": limit}, record=Requeued, prepare=PLAN_EACH_TIME)
 
 
 def delete_finished_batch(retention: float, limit: int) -> Query:

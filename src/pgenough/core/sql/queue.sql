@@ -274,7 +274,7 @@ SET state = CASE WHEN j.attempts >= j.max_attempts
         '$[last - 19 to last]')
 FROM expired
 WHERE j.id = expired.id
-RETURNING j.id, j.queue, j.state::text
+RETURNING j.id, j.queue, j.state::text AS state
 
 -- name: delete_finished
 -- Remove dead and cancelled jobs past their retention, a batch at a time.
