@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from pgenough.api.app import MIGRATIONS, create_app
+from pgenough.api.config import ApiConfig
 from pgenough.api.proxies import TrustedProxies
 from pgenough.api.server import ApiServer, uvicorn_config
+from pgenough.api.ui.config import UiConfig
 from pgenough.core import Gap, WorkerConfig, migrate, open_pool, subscribe
 from pgenough.httpserver import base_url
 from pgenough.plans.fetch import RunResult, fetch_loop
 from pgenough.plans.process import PLANS_CHANGED, process_worker
 from pgenough.plans.provider import ProviderConfig
 from pgenough.plans.sim import SimServer
-from pgenough.settings import Settings
 
 log = logging.getLogger("pgenough.demo")
 
@@ -62,11 +63,11 @@ def fault_schedule(rng: random.Random, n: int = 2000) -> list[str]:
     return schedule
 
 
-def _dashboard_line(base: str, settings: Settings) -> str:
-    if not settings.ui_enabled:
+def _dashboard_line(base: str, ui: UiConfig) -> str:
+    if not ui.enabled:
         return ""
-    mode = "actions enabled" if settings.ui_actions else "read-only; PGENOUGH_UI_ACTIONS=1 to retry"
-    login = ", needs PGENOUGH_UI_TOKEN" if settings.ui_token is not None else ""
+    mode = "actions enabled" if ui.actions else "read-only; PGENOUGH_UI_ACTIONS=1 to retry"
+    login = ", needs PGENOUGH_UI_TOKEN" if ui.token is not None else ""
     return f"  dashboard: {base}/ui   ({mode}{login})\n"
 
 
@@ -81,9 +82,17 @@ def _describe(result: RunResult | None) -> str:
     )
 
 
-async def run(settings: Settings, url: str, config: DemoConfig, sock: socket.socket) -> int:
-    """Run the demo until SIGINT/SIGTERM, the API on ``sock`` (``httpserver.listen(HOST,
-    port)``: the caller binds it first, so that a busy port fails before anything starts)."""
+async def run(
+    api: ApiConfig,
+    ui: UiConfig,
+    proxies: TrustedProxies,
+    config: DemoConfig,
+    sock: socket.socket,
+) -> int:
+    """Run the demo until SIGINT/SIGTERM on ``api.database_url``, the API on ``sock``
+    (``httpserver.listen(HOST, port)``: the caller binds it first, so that a busy port fails
+    before anything starts)."""
+    url = api.server_url()
     port = sock.getsockname()[1]
     pool = await open_pool(url, max_size=8, name="pgenough-demo")
     async with pool.connection() as conn:
@@ -95,9 +104,7 @@ async def run(settings: Settings, url: str, config: DemoConfig, sock: socket.soc
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    api_settings = settings.model_copy(update={"database_url": url})
-    proxies = TrustedProxies.parse(settings.api_trusted_proxies)
-    server = ApiServer(uvicorn_config(create_app(api_settings), proxies, log_level="warning"))
+    server = ApiServer(uvicorn_config(create_app(api, ui), proxies, log_level="warning"))
     # The demo owns SIGINT/SIGTERM (they stop everything, in order); uvicorn must not take them.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     worker = process_worker(pool, WorkerConfig(concurrency=2, batch_size=1))
@@ -119,7 +126,7 @@ async def run(settings: Settings, url: str, config: DemoConfig, sock: socket.soc
         f"  search: curl '{base}/search?starts_at=2021-01-01T00:00:00"
         f"&ends_at=2031-12-31T23:59:59&limit=3'\n"
         f"  API:    {base}/search   docs: {base}/docs   metrics: {base}/metrics\n"
-        f"{_dashboard_line(base, api_settings)}"
+        f"{_dashboard_line(base, ui)}"
         f"  provider (simulated; misbehaves now and then): {sim.url}\n"
         f"  a fetch every {config.interval:g}s, {config.plans} plans each; Ctrl-C to stop\n",
         flush=True,

@@ -4,10 +4,12 @@ Precedence: command-line options > environment (``DATABASE_URL``, ``PGENOUGH_*``
 file named by ``PGENOUGH_CONFIG`` (default ``./pgenough.toml`` when it exists) > defaults.
 A file that is named but missing, or that cannot be read or parsed, is a ``ConfigFileError``,
 never a file silently ignored.
-Only ``cli.py`` and the API's app factory (``pgenough.api.create_app``) read this; they hand
-small typed configs to the code below them. It loads without the ``service`` extra: the plan
-service's defaults come from ``plans.defaults``, and its config classes are imported only by
-the methods that build them.
+Only the command line (``pgenough.cli``) reads this. Each default is the constant of the module
+that owns it, imported; each component's config is built by one method here
+(``worker_config``, ``fetch_config``, ``api_config``, ``ui_config``...), and the database URL
+is resolved by one (``resolve_database_url``). It loads without the ``service`` extra: the plan
+service's and the API's defaults come from ``plans.defaults`` and ``api.defaults``, and their
+config classes are imported only by the methods that build them.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pgenough.api import defaults as api_defaults
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
-from pgenough.core.db import default_data_dir
-from pgenough.core.maintenance import DEFAULT_VACUUM_DEAD_ROWS, DEFAULT_VACUUM_INTERVAL
+from pgenough.core import maintenance as core_maintenance
+from pgenough.core import worker as core_worker
+from pgenough.core.db import database_url, default_data_dir
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 from pgenough.plans.defaults import (
-    DEFAULT_BULKHEAD_WAIT,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE,
     DEFAULT_LOW_SPEED_LIMIT,
@@ -38,14 +41,13 @@ from pgenough.plans.defaults import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_PACING_MAX_PAUSE,
-    DEFAULT_PRESSURE_INTERVAL,
-    DEFAULT_PRESSURE_THRESHOLD,
     DEFAULT_READ_TIMEOUT,
-    DEFAULT_READY_FULL_AFTER,
-    DEFAULT_STREAM_STALL_TIMEOUT,
 )
 
 if TYPE_CHECKING:
+    from pgenough.api.config import ApiConfig
+    from pgenough.api.proxies import TrustedProxies
+    from pgenough.api.ui.config import UiConfig
     from pgenough.plans.fetch import FetchConfig
     from pgenough.plans.pacing import PacingConfig
     from pgenough.plans.provider import ProviderConfig
@@ -128,7 +130,7 @@ class Settings(BaseSettings):
         description="The commands' event loop: auto = uvloop when installed, else asyncio's.",
     )
     pool_max_size: int = Field(
-        default=10,
+        default=api_defaults.DEFAULT_POOL_MAX_SIZE,
         ge=1,
         description="Connections of the API's pool; process workers use max(this,"
         " concurrency + 4).",
@@ -141,14 +143,16 @@ class Settings(BaseSettings):
     )
 
     worker_concurrency: int = Field(
-        default=10,
+        default=core_worker.DEFAULT_CONCURRENCY,
         ge=1,
         le=MAX_CONCURRENCY,
         description="Jobs (the process worker: chunks) run at once per queue, 1..10000.",
     )
-    worker_lease: float = Field(default=30.0, gt=0, description="Seconds; heartbeat every 1/3.")
-    worker_poll_interval: float = Field(default=2.0, gt=0)
-    worker_shutdown_timeout: float = Field(default=30.0, ge=0)
+    worker_lease: float = Field(
+        default=core_worker.DEFAULT_LEASE, gt=0, description="Seconds; heartbeat every 1/3."
+    )
+    worker_poll_interval: float = Field(default=core_worker.DEFAULT_POLL_INTERVAL, gt=0)
+    worker_shutdown_timeout: float = Field(default=core_worker.DEFAULT_SHUTDOWN_TIMEOUT, ge=0)
 
     providers: str = Field(
         default="",
@@ -213,24 +217,32 @@ class Settings(BaseSettings):
     )
     metrics_host: str = Field(default="127.0.0.1", description="Address worker metrics bind.")
 
-    rescue_interval: float = Field(default=5.0, gt=0)
-    clean_interval: float = Field(default=60.0, gt=0)
+    rescue_interval: float = Field(default=core_maintenance.DEFAULT_RESCUE_INTERVAL, gt=0)
+    clean_interval: float = Field(default=core_maintenance.DEFAULT_CLEAN_INTERVAL, gt=0)
     vacuum_interval: float = Field(
-        default=DEFAULT_VACUUM_INTERVAL,
+        default=core_maintenance.DEFAULT_VACUUM_INTERVAL,
         ge=0,
         description="Seconds between the vacuum duty's looks at the jobs table (0: autovacuum"
         " alone).",
     )
     vacuum_dead_rows: int = Field(
-        default=DEFAULT_VACUUM_DEAD_ROWS,
+        default=core_maintenance.DEFAULT_VACUUM_DEAD_ROWS,
         ge=0,
         description="Dead rows of the jobs table past which the vacuum duty vacuums it.",
     )
-    dead_retention: float = Field(default=7 * 24 * 3600.0, ge=0, description="Seconds.")
-    message_retention: float = Field(default=3600.0, ge=0, description="Seconds.")
+    dead_retention: float = Field(
+        default=core_maintenance.DEFAULT_DEAD_RETENTION, ge=0, description="Seconds."
+    )
+    message_retention: float = Field(
+        default=core_maintenance.DEFAULT_MESSAGE_RETENTION, ge=0, description="Seconds."
+    )
 
-    api_host: str = Field(default="127.0.0.1", description="Address `pgenough api` binds.")
-    api_port: int = Field(default=8000, ge=0, le=65535, description="Port `pgenough api` binds.")
+    api_host: str = Field(
+        default=api_defaults.DEFAULT_HOST, description="Address `pgenough api` binds."
+    )
+    api_port: int = Field(
+        default=api_defaults.DEFAULT_PORT, ge=0, le=65535, description="Port `pgenough api` binds."
+    )
     api_trusted_proxies: str = Field(
         default="",
         description="Reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the API"
@@ -243,13 +255,13 @@ class Settings(BaseSettings):
         " replica; unset: a secret generated once in the database (pgenough.api_secrets).",
     )
     api_max_concurrent_searches: int = Field(
-        default=8,
+        default=api_defaults.DEFAULT_MAX_CONCURRENT_SEARCHES,
         ge=1,
         description="Searches running at once (the bulkhead); as many more may wait"
         " api_bulkhead_wait for a slot, the rest get 503 TOO_BUSY. At most pool_max_size - 2.",
     )
     api_bulkhead_wait: float = Field(
-        default=DEFAULT_BULKHEAD_WAIT,
+        default=api_defaults.DEFAULT_BULKHEAD_WAIT,
         ge=0,
         description="Seconds a search may wait in line for a bulkhead slot before 503 TOO_BUSY"
         " (0: refused at once when every slot is taken).",
@@ -263,40 +275,48 @@ class Settings(BaseSettings):
         " rest.",
     )
     api_search_timeout: float = Field(
-        default=2.0,
+        default=api_defaults.DEFAULT_SEARCH_TIMEOUT,
         gt=0,
         description="Seconds a search may run in PostgreSQL (statement_timeout); "
         "beyond it the request gets 503 TOO_BUSY.",
     )
     api_stream_timeout: float = Field(
-        default=120.0,
+        default=api_defaults.DEFAULT_STREAM_TIMEOUT,
         gt=0,
         description="Seconds a /search without limit may take to send every event (each "
         "page of it still within api_search_timeout); beyond it the response is cut.",
     )
     api_stream_stall_timeout: float = Field(
-        default=DEFAULT_STREAM_STALL_TIMEOUT,
+        default=api_defaults.DEFAULT_STREAM_STALL_TIMEOUT,
         gt=0,
         description="Seconds a streamed /search may wait for the client to take one page;"
         " beyond it the connection is reset and the slot, connection and snapshot freed.",
     )
     api_pool_timeout: float = Field(
-        default=1.0, gt=0, description="Seconds a request waits for a database connection."
+        default=api_defaults.DEFAULT_POOL_TIMEOUT,
+        gt=0,
+        description="Seconds a request waits for a database connection.",
     )
     api_ready_timeout: float = Field(
-        default=1.0, gt=0, description="Seconds /health/ready gives its SELECT 1."
+        default=api_defaults.DEFAULT_READY_TIMEOUT,
+        gt=0,
+        description="Seconds /health/ready gives its SELECT 1.",
     )
     api_ready_full_after: float = Field(
-        default=DEFAULT_READY_FULL_AFTER,
+        default=api_defaults.DEFAULT_READY_FULL_AFTER,
         ge=0,
         description="Seconds every search slot may stay taken before /health/ready answers"
         " 503 (0: readiness ignores the bulkhead).",
     )
     api_cache_size: int = Field(
-        default=256, ge=0, description="First-page responses cached, at most (0: no cache)."
+        default=api_defaults.DEFAULT_CACHE_SIZE,
+        ge=0,
+        description="First-page responses cached, at most (0: no cache).",
     )
     api_cache_ttl: float = Field(
-        default=5.0, ge=0, description="Seconds a cached response lives (0: no cache)."
+        default=api_defaults.DEFAULT_CACHE_TTL,
+        ge=0,
+        description="Seconds a cached response lives (0: no cache).",
     )
     api_migrate: bool = Field(
         default=True,
@@ -315,14 +335,14 @@ class Settings(BaseSettings):
         " yield to /search.",
     )
     api_pressure_threshold: float = Field(
-        default=DEFAULT_PRESSURE_THRESHOLD,
+        default=api_defaults.DEFAULT_PRESSURE_THRESHOLD,
         ge=0,
         le=1,
         description="Share of api_max_concurrent_searches in flight at once above which the"
         " API reports pressure (growing to 1 when every slot is taken or one is refused).",
     )
     api_pressure_interval: float = Field(
-        default=DEFAULT_PRESSURE_INTERVAL,
+        default=api_defaults.DEFAULT_PRESSURE_INTERVAL,
         gt=0,
         le=10,
         description="Seconds between the API's pressure samples (at most one write each);"
@@ -348,22 +368,24 @@ class Settings(BaseSettings):
         " or the login form at /ui/login (an HttpOnly cookie).",
     )
     ui_tick: float = Field(
-        default=5.0,
+        default=api_defaults.DEFAULT_UI_TICK,
         gt=0,
         description="Seconds between the live overview's periodic refreshes (besides the"
         " refresh on every run change).",
     )
     ui_statement_timeout: float = Field(
-        default=3.0, gt=0, description="Seconds a dashboard query may run (statement_timeout)."
+        default=api_defaults.DEFAULT_UI_STATEMENT_TIMEOUT,
+        gt=0,
+        description="Seconds a dashboard query may run (statement_timeout).",
     )
     ui_session_max_age: float = Field(
-        default=12 * 3600.0,
+        default=api_defaults.DEFAULT_UI_SESSION_MAX_AGE,
         gt=0,
         description="Seconds a login at /ui/login lasts, unless a logout ends it first"
         " (for every replica sharing the token).",
     )
     ui_login_max_backoff: float = Field(
-        default=60.0,
+        default=api_defaults.DEFAULT_UI_LOGIN_MAX_BACKOFF,
         ge=1,
         description="Longest wait, in seconds, that wrong tokens from one client address earn"
         " it: after 3 in a row each doubles the wait from 1 s up to this; meanwhile 429.",
@@ -385,6 +407,66 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _toml_source(settings_cls))
+
+    def resolve_database_url(self) -> str:
+        """``database_url``, or else the embedded server's under ``data_dir``, started now if
+        need be: the one place the settings' database is chosen (``DatabaseError`` when there
+        is none)."""
+        return database_url(self.database_url, self.data_dir)
+
+    def api_config(self) -> ApiConfig:
+        """The API's config; ``ApiConfigError`` when the settings are impossible. Its
+        ``database_url`` is the setting as given: the caller puts the resolved one in
+        (``resolve_database_url``) once it has checked the rest."""
+        from pgenough.api import cursor  # FastAPI: the service extra
+        from pgenough.api.config import ApiConfig
+
+        secret = self.api_cursor_secret
+        return ApiConfig(
+            database_url=self.database_url,
+            cursor_key=None if secret is None else cursor.key_of_setting(secret.get_secret_value()),
+            pool_max_size=self.pool_max_size,
+            max_concurrent_searches=self.api_max_concurrent_searches,
+            bulkhead_wait=self.api_bulkhead_wait,
+            max_concurrent_streams=self.api_max_concurrent_streams,
+            search_timeout=self.api_search_timeout,
+            stream_timeout=self.api_stream_timeout,
+            stream_stall_timeout=self.api_stream_stall_timeout,
+            pool_timeout=self.api_pool_timeout,
+            ready_timeout=self.api_ready_timeout,
+            ready_full_after=self.api_ready_full_after,
+            cache_size=self.api_cache_size,
+            cache_ttl=self.api_cache_ttl,
+            search_delay=self.api_search_delay,
+            publish_pressure=self.api_publish_pressure,
+            pressure_threshold=self.api_pressure_threshold,
+            pressure_interval=self.api_pressure_interval,
+        )
+
+    def ui_config(self) -> UiConfig:
+        """The dashboard's config; ``ApiConfigError`` when the settings are impossible."""
+        from pgenough.api.ui.config import UiConfig  # FastAPI: the service extra
+        from pgenough.api.ui.hosts import AllowedHosts
+
+        token = self.ui_token
+        return UiConfig(
+            enabled=self.ui_enabled,
+            database_url=self.ui_database_url,
+            actions=self.ui_actions,
+            token=None if token is None else token.get_secret_value(),
+            tick=self.ui_tick,
+            statement_timeout=self.ui_statement_timeout,
+            session_max_age=self.ui_session_max_age,
+            login_max_backoff=self.ui_login_max_backoff,
+            allowed_hosts=AllowedHosts.parse(self.ui_allowed_hosts, bind=self.api_host),
+        )
+
+    def trusted_proxies(self) -> TrustedProxies:
+        """The proxies whose forwarding headers the API server believes (``ApiConfigError``
+        when one is not an address or network)."""
+        from pgenough.api.proxies import TrustedProxies
+
+        return TrustedProxies.parse(self.api_trusted_proxies)
 
     def provider_configs(self, extra: list[str] | None = None) -> list[ProviderConfig]:
         """Providers from ``--provider NAME=URL`` options, else from ``providers``."""

@@ -48,6 +48,11 @@ def api_settings(database_url: str, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def api_app(settings: Settings) -> FastAPI:
+    """The app for ``settings``, as ``pgenough api`` builds it (``database_url`` set)."""
+    return create_app(settings.api_config(), settings.ui_config())
+
+
 def state(app: FastAPI) -> ApiState:
     api: ApiState = app.state.api
     return api
@@ -56,7 +61,7 @@ def state(app: FastAPI) -> ApiState:
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """The app with its lifespan running, and a client that calls it in-process."""
-    app = create_app(settings)
+    app = api_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
@@ -254,8 +259,9 @@ def api_start_error(env: dict[str, str]) -> str:
 
 @contextlib.contextmanager
 def api_process(env: dict[str, str], *args: str, timeout: float = 60.0) -> Iterator[str]:
-    """``pgenough api`` as its own process on a free port, until it stops (SIGTERM, exit 0);
-    yields its base URL once ``/health/ready`` says 200."""
+    """``pgenough api`` as its own process on a free port, until it stops (SIGTERM: a graceful
+    stop, exit 0 after the lifespan's shutdown); yields its base URL once ``/health/ready``
+    says 200."""
     port = free_port()
     server = subprocess.Popen(
         [PGENOUGH, "api", "--port", str(port), *args],
@@ -284,4 +290,6 @@ def api_process(env: dict[str, str], *args: str, timeout: float = 60.0) -> Itera
         if server.poll() is None:
             server.send_signal(signal.SIGTERM)
         _, stderr = server.communicate(timeout=30)
+    # A graceful stop is a success (uvicorn alone would re-raise the signal: -15).
     assert server.returncode == 0, stderr
+    assert "Application shutdown complete" in stderr, stderr

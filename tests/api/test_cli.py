@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import httpx
@@ -71,37 +69,11 @@ def test_migrate_creates_the_api_role_and_the_api_serves_with_it(
         assert refused.returncode == 1
         assert "PGENOUGH_API_MIGRATE=0" in refused.stderr
 
-        port = free_port()
-        server = subprocess.Popen(
-            [PGENOUGH, "api", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert server.poll() is None, server.communicate()[1]
-                assert time.monotonic() < deadline, "pgenough api did not become ready"
-                try:
-                    if httpx.get(base + "/health/ready", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+        with api_process(env) as base:
             response = httpx.get(base + "/search", params={"limit": "3"}, timeout=10)
             assert response.status_code == 200
             assert response.json()["error"] is None
             assert httpx.get(base + "/openapi.json", timeout=10).status_code == 200
-        finally:
-            server.send_signal(signal.SIGTERM)
-            _, stderr = server.communicate(timeout=30)
-        # A graceful stop is a success (uvicorn alone would re-raise the signal: -15).
-        assert server.returncode == 0, stderr
-        assert "Application shutdown complete" in stderr
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(

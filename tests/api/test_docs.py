@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from pgenough.api import create_app
 from pgenough.api.docs import ASSETS
-from tests.api.helpers import ServerThread, api_settings
+from tests.api.helpers import ServerThread, api_app, api_settings
 from tests.ui.browser import chromium_page, require_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.db]
@@ -21,7 +20,7 @@ WAIT_MS = 20_000
 
 @pytest.fixture
 def server(db: object, database_url: str) -> AsyncIterator[ServerThread]:
-    with ServerThread(create_app(api_settings(database_url))) as s:
+    with ServerThread(api_app(api_settings(database_url))) as s:
         yield s
 
 

@@ -19,9 +19,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from pgenough.api import create_app, prepare_database
+from pgenough.api import prepare_database
 from pgenough.settings import Settings
-from tests.api.helpers import INSERT, PROVIDER, ServerThread, api_settings
+from tests.api.helpers import INSERT, PROVIDER, ServerThread, api_app, api_settings
 
 pytestmark = pytest.mark.db
 
@@ -58,13 +58,13 @@ def api_url(database_url: str) -> Iterator[str]:
                     for n in range(300)
                 ],
             )
-    app = create_app(api_settings(database_url, api_cache_ttl=5.0))
+    app = api_app(api_settings(database_url, api_cache_ttl=5.0))
     with ServerThread(app) as server:
         yield server.url
 
 
 # The document the app serves at /openapi.json (building it needs no database).
-schema = schemathesis.openapi.from_dict(create_app(Settings(database_url="unused")).openapi())
+schema = schemathesis.openapi.from_dict(api_app(Settings(database_url="unused")).openapi())
 
 
 @schema.parametrize()
@@ -75,4 +75,4 @@ def test_responses_match_the_schema(case: schemathesis.Case[Any], api_url: str) 
 
 def test_the_fuzzed_document_is_the_served_one(api_url: str) -> None:
     served = httpx.get(api_url + "/openapi.json", timeout=10).json()
-    assert served == create_app(Settings(database_url="unused")).openapi()
+    assert served == api_app(Settings(database_url="unused")).openapi()

@@ -9,8 +9,8 @@ import time
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import ApiConfigError, create_app
-from tests.api.helpers import Plan, Proxy, add_plans, api_settings, events, serving
+from pgenough.api import ApiConfigError
+from tests.api.helpers import Plan, Proxy, add_plans, api_app, api_settings, events, serving
 
 pytestmark = pytest.mark.db
 
@@ -85,5 +85,5 @@ async def test_not_ready_while_the_database_is_unreachable_then_ready_again(
 
 def test_a_bulkhead_wider_than_the_pool_is_refused(database_url: str) -> None:
     with pytest.raises(ApiConfigError, match=r"at most pool_max_size - 2 \(4\)"):
-        create_app(api_settings(database_url, pool_max_size=6, api_max_concurrent_searches=5))
-    create_app(api_settings(database_url, pool_max_size=6, api_max_concurrent_searches=4))
+        api_app(api_settings(database_url, pool_max_size=6, api_max_concurrent_searches=5))
+    api_app(api_settings(database_url, pool_max_size=6, api_max_concurrent_searches=4))

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import REGISTRY
 from starlette.routing import Mount
 
-from pgenough.api import create_app, metrics
-from tests.api.helpers import api_settings, serving
+from pgenough.api import metrics
+from tests.api.helpers import api_app, api_settings, serving
 
 SAMPLE = "pgenough_api_request_duration_seconds_count"
 
@@ -33,7 +33,7 @@ def routed_methods(routes: Iterable[Any]) -> set[str]:
 
 def test_the_methods_with_a_label_are_those_the_api_routes() -> None:
     # Built, not started: every route, the dashboard's actions included, none served.
-    app = create_app(api_settings("postgresql://unused", ui_actions=True, ui_token="t"))
+    app = api_app(api_settings("postgresql://unused", ui_actions=True, ui_token="t"))
     assert routed_methods(app.routes) == metrics.METHODS
 
 

@@ -19,8 +19,7 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import create_app
-from tests.api.helpers import Plan, ServerThread, add_plans, api_settings, events, state
+from tests.api.helpers import Plan, ServerThread, add_plans, api_app, api_settings, events, state
 
 pytestmark = pytest.mark.db
 
@@ -39,7 +38,7 @@ async def test_the_excess_is_refused_fast_and_service_resumes(
     db: AsyncConnectionPool, database_url: str
 ) -> None:
     await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
-    app = create_app(
+    app = api_app(
         api_settings(
             database_url,
             pool_max_size=POOL,
@@ -96,7 +95,7 @@ async def test_a_burst_within_the_line_waits_its_turn_and_is_answered(
 ) -> None:
     await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
     short = 0.4
-    app = create_app(
+    app = api_app(
         api_settings(
             database_url,
             pool_max_size=POOL,
@@ -123,7 +122,7 @@ async def test_a_search_past_its_timeout_is_too_busy_and_the_connection_survives
     db: AsyncConnectionPool, database_url: str
 ) -> None:
     await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
-    app = create_app(api_settings(database_url, api_search_delay=30.0, api_search_timeout=0.3))
+    app = api_app(api_settings(database_url, api_search_delay=30.0, api_search_timeout=0.3))
     with ServerThread(app) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             took, response = await timed_get(client, "/search")
@@ -144,7 +143,7 @@ async def test_searches_within_the_timeout_answer(
     db: AsyncConnectionPool, database_url: str
 ) -> None:
     await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
-    app = create_app(api_settings(database_url, api_search_delay=0.2, api_search_timeout=2))
+    app = api_app(api_settings(database_url, api_search_delay=0.2, api_search_timeout=2))
     with ServerThread(app) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             assert len(events(await client.get("/search"))) == 1

@@ -19,9 +19,9 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import create_app, metrics
+from pgenough.api import metrics
 from pgenough.api.search import STREAM_PAGE
-from tests.api.helpers import PROVIDER, ServerThread, api_settings, state
+from tests.api.helpers import PROVIDER, ServerThread, api_app, api_settings, state
 
 pytestmark = pytest.mark.db
 
@@ -53,7 +53,7 @@ async def add_many(pool: AsyncConnectionPool, count: int) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def server(database_url: str, **overrides: Any) -> AsyncIterator[ServerThread]:
-    with ServerThread(create_app(api_settings(database_url, **overrides))) as running:
+    with ServerThread(api_app(api_settings(database_url, **overrides))) as running:
         yield running
 
 

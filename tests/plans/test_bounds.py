@@ -16,7 +16,6 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import create_app
 from pgenough.plans.feed import (
     MAX_ATTRIBUTES,
     MAX_DEPTH,
@@ -24,7 +23,7 @@ from pgenough.plans.feed import (
     MAX_MARKUP_EQUALS,
     MAX_TITLE_LENGTH,
 )
-from tests.api.helpers import ServerThread, api_settings
+from tests.api.helpers import ServerThread, api_app, api_settings
 from tests.helpers.procs import ROOT
 from tests.plans.feedgen import deep_document, huge_value, render, synthetic
 from tests.plans.pipeline import assert_finished, dump, dump_bytes, fetch, ingest, process
@@ -182,7 +181,7 @@ async def test_fields_over_their_caps_skip_only_their_plans(
     assert [(r[1], r[2]) for r in rows] == [("1", "1"), ("3", "5"), ("4", "6")]
     assert max(len(r[4]) for r in rows) == MAX_TITLE_LENGTH
 
-    with ServerThread(create_app(api_settings(database_url))) as api:
+    with ServerThread(api_app(api_settings(database_url))) as api:
         async with httpx.AsyncClient(base_url=api.url, timeout=30) as client:
             response = await client.get("/search")
     assert response.status_code == 200

@@ -11,11 +11,10 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import create_app
 from pgenough.api.models import SearchResponse
 from pgenough.plans.feed import parse_bytes
 from pgenough.plans.store import plan_uuid
-from tests.api.helpers import ServerThread, api_settings
+from tests.api.helpers import ServerThread, api_app, api_settings
 from tests.plans.feedgen import render
 from tests.plans.model import expected_rows
 from tests.plans.pipeline import assert_finished, dump, ingest
@@ -72,7 +71,7 @@ async def test_plans_the_spec_allows_are_stored_and_served_with_nulls(
     assert [str(p) for p in by_plan["unpriced-zone"][12:14]] == ["9.00", "9.00"]
     assert all(r[5] == "online" and r[14] for r in rows)  # ONLINE counts as online
 
-    app = create_app(api_settings(database_url))
+    app = api_app(api_settings(database_url))
     with ServerThread(app) as api:
         async with httpx.AsyncClient(base_url=api.url, timeout=30) as client:
 

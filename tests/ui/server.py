@@ -11,16 +11,15 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from pgenough.api import create_app
 from pgenough.api.server import ApiServer
 from pgenough.api.ui import UiState
 from pgenough.settings import Settings
-from tests.api.helpers import ServerThread
+from tests.api.helpers import ServerThread, api_app
 
 
 class UiServer(ServerThread):
     def __init__(self, settings: Settings) -> None:
-        super().__init__(create_app(settings))
+        super().__init__(api_app(settings))
         self.server = ApiServer(self.server.config)
         self.thread = threading.Thread(target=self.server.run, name="ui-server", daemon=True)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from pgenough.api.defaults import DEFAULT_UI_SESSION_MAX_AGE
 from pgenough.api.ui import format
 from pgenough.api.ui.auth import Auth, Flash, safe_next
-from pgenough.api.ui.config import DEFAULT_SESSION_MAX_AGE
 
 
 def test_values_are_written_for_people() -> None:
@@ -35,10 +35,10 @@ def test_sessions_expire_and_do_not_cross_tokens() -> None:
     auth = Auth("token", now=1_000_000.0)
     value = auth.new_session()
     session = auth.session(value)
-    assert session is not None and session.expires_at == 1_000_000 + DEFAULT_SESSION_MAX_AGE
+    assert session is not None and session.expires_at == 1_000_000 + DEFAULT_UI_SESSION_MAX_AGE
     assert "token" not in value
     assert Auth("other", now=1_000_000.0).session(value) is None
-    assert Auth("token", now=1_000_000.0 + DEFAULT_SESSION_MAX_AGE).session(value) is None
+    assert Auth("token", now=1_000_000.0 + DEFAULT_UI_SESSION_MAX_AGE).session(value) is None
     assert Auth("token", session_max_age=60, now=1_000_060.0).session(value) is None
     assert auth.session(value.replace(".", ".0", 1)) is None
     assert Auth("token", now=1_000_000.0).session(value) == session  # replicas agree

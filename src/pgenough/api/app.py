@@ -1,4 +1,4 @@
-"""The HTTP API: ``create_app(settings)`` builds it; its lifespan opens what it holds.
+"""The HTTP API: ``create_app(api_config, ui_config)`` builds it; its lifespan opens what it holds.
 
 At start-up the lifespan opens the API's pool (each connection with the search timeout as its
 ``statement_timeout``), starts the cache's invalidation listener and waits until it listens,
@@ -8,15 +8,16 @@ also opens the dashboard's own pool and live feed, closed first at shutdown.
 check that the plans (and, unless ``api_cursor_secret`` is set, the cursor secret) are
 readable. The key that signs ``/search`` cursors comes from ``api_cursor_secret``, or else
 from the secret the ``api`` track's first migration generated in ``pgenough.api_secrets``, read
-at start-up, so that every replica on the database signs and checks cursors alike.
+once at start-up (by ``prepare_database`` under ``pgenough api``, else by the lifespan), so
+that every replica on the database signs and checks cursors alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, Final
 
 import psycopg
@@ -32,16 +33,16 @@ from pgenough.api.deps import ApiState
 from pgenough.api.metrics import RequestMetrics
 from pgenough.api.pressure import publish_pressure
 from pgenough.api.search import Q
+from pgenough.api.ui.config import UiConfig
 from pgenough.core import (
     DatabaseError,
     MigrationError,
     MigrationSet,
-    database_url,
     migrate,
     open_pool,
 )
+from pgenough.core.service import Services, TaskService
 from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
-from pgenough.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -54,50 +55,18 @@ dashboard's."""
 LISTEN_START_TIMEOUT: Final = 10.0
 
 
-def api_config(settings: Settings) -> ApiConfig:
-    return ApiConfig(
-        database_url=settings.database_url,
-        data_dir=settings.data_dir,
-        cursor_key=(
-            None
-            if settings.api_cursor_secret is None
-            else cursor.key_of_setting(settings.api_cursor_secret.get_secret_value())
-        ),
-        pool_max_size=settings.pool_max_size,
-        max_concurrent_searches=settings.api_max_concurrent_searches,
-        bulkhead_wait=settings.api_bulkhead_wait,
-        max_concurrent_streams=settings.api_max_concurrent_streams,
-        search_timeout=settings.api_search_timeout,
-        stream_timeout=settings.api_stream_timeout,
-        stream_stall_timeout=settings.api_stream_stall_timeout,
-        pool_timeout=settings.api_pool_timeout,
-        ready_timeout=settings.api_ready_timeout,
-        ready_full_after=settings.api_ready_full_after,
-        cache_size=settings.api_cache_size,
-        cache_ttl=settings.api_cache_ttl,
-        search_delay=settings.api_search_delay,
-        publish_pressure=settings.api_publish_pressure,
-        pressure_threshold=settings.api_pressure_threshold,
-        pressure_interval=settings.api_pressure_interval,
-    )
-
-
-def create_app(settings: Settings) -> FastAPI:
-    """The API app; ``ApiConfigError`` at once when the settings are impossible."""
-    config = api_config(settings)
-    ui_config = ui.ui_config(settings)
+def create_app(config: ApiConfig, ui_config: UiConfig) -> FastAPI:
+    """The API app, serving from ``config.database_url`` (and the dashboard, unless
+    ``ui_config.enabled`` is off); the configs are ``Settings.api_config()`` and
+    ``Settings.ui_config()``; ``ApiConfigError`` at once without a database URL."""
+    ui_url = ui_config.database_url or config.server_url()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             app.state.api = await stack.enter_async_context(running(config))
             if ui_config.enabled:
-                url = ui_config.database_url
-                if not url:
-                    url = await asyncio.to_thread(
-                        database_url, config.database_url, config.data_dir
-                    )
-                app.state.ui = await stack.enter_async_context(ui.running(ui_config, url))
+                app.state.ui = await stack.enter_async_context(ui.running(ui_config, ui_url))
             yield
 
     app = FastAPI(
@@ -125,7 +94,7 @@ def create_app(settings: Settings) -> FastAPI:
 async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     """The pool, the cache and its listener, the bulkhead and its pressure publisher: opened,
     then closed."""
-    url = await asyncio.to_thread(database_url, config.database_url, config.data_dir)
+    url = config.server_url()
     pool = await open_pool(
         url,
         min_size=min(POOL_MIN_SIZE, config.pool_max_size),
@@ -134,23 +103,24 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         statement_timeout=config.search_timeout,
     )
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
-    listener: asyncio.Task[None] | None = None
-    publisher: asyncio.Task[None] | None = None
     bulkhead = Bulkhead(
         config.max_concurrent_searches, config.bulkhead_wait, config.max_concurrent_streams
     )
+    services = Services()
     try:
         if config.cache_enabled:
             listening = asyncio.Event()
-            listener = asyncio.create_task(invalidate_on(cache, url, listening), name="api-cache")
-            try:
-                async with asyncio.timeout(LISTEN_START_TIMEOUT):
-                    await listening.wait()
-            except TimeoutError:
+            listener = TaskService(
+                "api-cache",
+                lambda: invalidate_on(cache, url, listening),
+                ready=listening,
+                ready_timeout=LISTEN_START_TIMEOUT,
+            )
+            if not await services.start(listener):
                 log.warning("cache listener not connected yet: the cache is bypassed until it is")
         if config.publish_pressure:
-            publisher = asyncio.create_task(
-                publish_pressure(bulkhead, url, config), name="api-pressure"
+            await services.start(
+                TaskService("api-pressure", lambda: publish_pressure(bulkhead, url, config))
             )
         if config.cursor_key is not None:
             cursor_key = config.cursor_key
@@ -159,29 +129,37 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
                 cursor_key = await database_cursor_key(conn)
         yield ApiState(config, pool, cache, bulkhead, cursor_key)
     finally:
-        tasks = [t for t in (listener, publisher) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await services.stop()
         await pool.close()
+
+
+@contextmanager
+def _readable(table: str, what: str | None = None, or_else: str = "") -> Iterator[None]:
+    """psycopg's "no such table" and "permission denied" on ``table`` (holding ``what``) as a
+    ``DatabaseError`` saying what to do."""
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise DatabaseError(
+            f"{table} does not exist: run `pgenough migrate` as the schema's owner"
+        ) from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise DatabaseError(
+            f"this role may not read {what or table}: grant it with"
+            f" `pgenough migrate --api-role NAME` as the schema's owner{or_else}"
+        ) from exc
 
 
 async def database_cursor_key(conn: psycopg.AsyncConnection[Any]) -> bytes:
     """The cursor key from the database's secret; ``DatabaseError`` with what to do when this
     role cannot read it."""
-    try:
+    with _readable(
+        "pgenough.api_secrets",
+        "the cursor secret in pgenough.api_secrets",
+        ", or set PGENOUGH_API_CURSOR_SECRET",
+    ):
         cur = await conn.execute(Q["cursor_secret"])
         row = await cur.fetchone()
-    except psycopg.errors.UndefinedTable as exc:
-        raise DatabaseError(
-            "pgenough.api_secrets does not exist: run `pgenough migrate` as the schema's owner"
-        ) from exc
-    except psycopg.errors.InsufficientPrivilege as exc:
-        raise DatabaseError(
-            "this role may not read the cursor secret in pgenough.api_secrets: grant it with"
-            " `pgenough migrate --api-role NAME` as the schema's owner, or set"
-            " PGENOUGH_API_CURSOR_SECRET"
-        ) from exc
     if row is None:
         raise DatabaseError(
             "pgenough.api_secrets has no 'cursor' secret: set PGENOUGH_API_CURSOR_SECRET, or"
@@ -192,10 +170,11 @@ async def database_cursor_key(conn: psycopg.AsyncConnection[Any]) -> bytes:
 
 async def prepare_database(
     url: str, *, migrate_schema: bool, read_cursor_secret: bool = True
-) -> None:
+) -> bytes | None:
     """Before serving: migrate (unless the role may only read), then check that this role
-    can read ``pgenough.plans`` and (when asked, for there is no ``api_cursor_secret``) the
-    cursor secret; ``DatabaseError`` with what to do when it cannot."""
+    can read ``pgenough.plans`` and (when asked, for there is no ``api_cursor_secret``) read
+    the cursor key, returned so that the app need not read it again (None when not asked);
+    ``DatabaseError`` with what to do when it cannot."""
     pool = await open_pool(url, max_size=1, name="pgenough-api-start")
     try:
         async with pool.connection() as conn:
@@ -209,18 +188,10 @@ async def prepare_database(
                             " run `pgenough migrate` as the schema's owner"
                         ) from exc
                     raise
-            try:
+            with _readable("pgenough.plans"):
                 await conn.execute(Q["plans_readable"])
-            except psycopg.errors.UndefinedTable as exc:
-                raise DatabaseError(
-                    "pgenough.plans does not exist: run `pgenough migrate` as the schema's owner"
-                ) from exc
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise DatabaseError(
-                    "this role may not read pgenough.plans: grant it with"
-                    " `pgenough migrate --api-role NAME` as the schema's owner"
-                ) from exc
             if read_cursor_secret:
-                await database_cursor_key(conn)
+                return await database_cursor_key(conn)
+            return None
     finally:
         await pool.close()

@@ -1,9 +1,10 @@
 """A bulkhead: at most ``limit`` searches at once; a short, bounded line for the next few.
 
 An unbounded queue would only turn overload into latency for everyone and, once the pool runs
-dry, into timeouts. Refusing the instant every slot is taken is the other extreme: at 1,000
-searches/s, bursts of a few milliseconds fill 8 slots while the mean load is half of them, and
-those requests got 503 although a slot freed a moment later. So at most ``limit`` searches may
+dry, into timeouts. Refusing the instant every slot is taken is the other extreme: under a
+high search rate, bursts of a few milliseconds fill every slot while the mean load is half of
+them, and those requests got 503 although a slot freed a moment later (docs/benchmarks.md,
+"Issue 13 §4: the read path while ingesting"). So at most ``limit`` searches may
 wait, each at most ``max_wait`` seconds, in arrival order; beyond that, or after it, 503
 TOO_BUSY with Retry-After. Nothing to recover: a slot frees when its search ends.
 
@@ -132,7 +133,7 @@ class Bulkhead:
     def take_pressure(self, threshold: float) -> float:
         """The pressure since the last call, 0..1: 1 when a search was refused, else how far
         the busiest moment went past ``threshold`` of the slots toward all of them. The peak,
-        not the mean: at 1,000 searches/s a burst fills the slots within milliseconds."""
+        not the mean: under a high search rate a burst fills the slots within milliseconds."""
         peak, refused = self._peak, self.rejected > self._rejected_seen
         self._peak, self._rejected_seen = self.in_use, self.rejected
         if refused:

@@ -29,17 +29,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Final, Generic, TypeVar
 
-import psycopg
-
 from pgenough.api import metrics
-from pgenough.core import Gap, subscribe
-from pgenough.core.errors import first_line
+from pgenough.core import Backoff, Gap, subscribe
+from pgenough.core.retry import Reconnect
 
 log = logging.getLogger(__name__)
 
 PLANS_CHANGED: Final = "plans_changed"  # the channel pgenough.plans.process publishes on
 RELISTEN_DELAY: Final = 0.5
 RELISTEN_MAX_DELAY: Final = 30.0
+RELISTEN: Final = Backoff(RELISTEN_DELAY, RELISTEN_MAX_DELAY)
+"""Retries of the listener's first connect, and of the listener after a failure of its own."""
 
 
 V = TypeVar("V")
@@ -125,26 +125,28 @@ async def invalidate_on(
     def lost(reason: str) -> None:
         log.warning("cache listener lost its connection (%s); cache bypassed", reason)
         cache.set_listening(False, "listener")
+        started.set()  # do not hold up start-up: searches work without the cache
 
-    delay = RELISTEN_DELAY
+    restarts = Reconnect("cache invalidation listener", RELISTEN, logger=log)
     while True:
         try:
             async with subscribe(
-                url, PLANS_CHANGED, ping_interval=ping_interval, on_lost=lost
+                url,
+                PLANS_CHANGED,
+                ping_interval=ping_interval,
+                on_lost=lost,
+                retry_connect=RELISTEN,
             ) as sub:
                 cache.set_listening(True, "listener", sub.backend_pid)
                 started.set()
-                delay = RELISTEN_DELAY
+                restarts.succeeded()
                 async for item in sub:
                     if isinstance(item, Gap):  # listening again, on a new session
                         cache.set_listening(True, "gap", sub.backend_pid)
                     else:
                         cache.invalidate(PLANS_CHANGED)
-        except psycopg.OperationalError as exc:
-            log.warning("cache listener cannot connect (%s); cache bypassed", first_line(exc))
-        except Exception:  # the top of a service loop: log, bypass the cache, listen again
+        except Exception as exc:  # the top of a service loop: log, bypass the cache, listen again
             log.exception("cache invalidation listener failed; cache bypassed until it is back")
-        cache.set_listening(False, "listener")
-        started.set()
-        await asyncio.sleep(delay)
-        delay = min(RELISTEN_MAX_DELAY, delay * 2)
+            cache.set_listening(False, "listener")
+            started.set()
+            await restarts.wait(restarts.failed(exc))

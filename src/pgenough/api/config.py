@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
-from pgenough.api.errors import ApiConfigError
-from pgenough.plans.defaults import (
+from pgenough.api.defaults import (
     DEFAULT_BULKHEAD_WAIT,
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_CACHE_TTL,
+    DEFAULT_MAX_CONCURRENT_SEARCHES,
+    DEFAULT_POOL_MAX_SIZE,
+    DEFAULT_POOL_TIMEOUT,
     DEFAULT_PRESSURE_INTERVAL,
     DEFAULT_PRESSURE_THRESHOLD,
     DEFAULT_READY_FULL_AFTER,
+    DEFAULT_READY_TIMEOUT,
+    DEFAULT_SEARCH_TIMEOUT,
     DEFAULT_STREAM_STALL_TIMEOUT,
+    DEFAULT_STREAM_TIMEOUT,
 )
+from pgenough.api.errors import ApiConfigError
 
-DEFAULT_MAX_CONCURRENT_SEARCHES: Final = 8
-DEFAULT_SEARCH_TIMEOUT: Final = 2.0
-DEFAULT_STREAM_TIMEOUT: Final = 120.0
-DEFAULT_POOL_TIMEOUT: Final = 1.0
-DEFAULT_READY_TIMEOUT: Final = 1.0
-DEFAULT_CACHE_SIZE: Final = 256
-DEFAULT_CACHE_TTL: Final = 5.0
-DEFAULT_POOL_MAX_SIZE: Final = 10
 # Connections the bulkhead leaves free for /health/ready and the pool's own checks.
 SPARE_CONNECTIONS: Final = 2
 
@@ -30,8 +29,8 @@ SPARE_CONNECTIONS: Final = 2
 @dataclass(frozen=True)
 class ApiConfig:
     database_url: str | None = None
-    """None: the embedded server under ``data_dir`` (resolved at start-up)."""
-    data_dir: Path | None = None
+    """The server to serve from, resolved by the caller (``Settings.resolve_database_url``);
+    None only while the settings are being checked: the app refuses to start without one."""
     cursor_key: bytes | None = field(default=None, repr=False)
     """Signs ``/search`` cursors (from ``api_cursor_secret``); None: the database's secret."""
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
@@ -85,6 +84,14 @@ class ApiConfig:
             raise ApiConfigError("api_cache_size, api_cache_ttl and api_search_delay must be >= 0")
         if self.bulkhead_wait < 0:
             raise ApiConfigError("api_bulkhead_wait must be >= 0")
+
+    def server_url(self) -> str:
+        """``database_url``; ``ApiConfigError`` while it is unset."""
+        if self.database_url is None:
+            raise ApiConfigError(
+                "the API needs a database URL: resolve it first (Settings.resolve_database_url)"
+            )
+        return self.database_url
 
     @property
     def cache_enabled(self) -> bool:

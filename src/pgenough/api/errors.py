@@ -94,8 +94,8 @@ def error_response(
 
 
 # The handlers are coroutines: Starlette runs a plain function handler in a worker thread,
-# and with the hand-off and the GIL switching back a 503 cost the API 0.90 ms of CPU against
-# 0.56 ms as a coroutine (docs/benchmarks.md, "API: the cost of one search").
+# and the hand-off and the GIL switching back made a 503 cost the API markedly more CPU than
+# as a coroutine (the figures: docs/benchmarks.md, "API: the cost of one search").
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

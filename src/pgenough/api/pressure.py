@@ -21,6 +21,8 @@ import psycopg
 
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.config import ApiConfig
+from pgenough.core import Backoff
+from pgenough.core.retry import Reconnect
 from pgenough.core.statements import AsyncConn
 from pgenough.plans import pacing
 
@@ -42,6 +44,11 @@ async def publish_pressure(bulkhead: Bulkhead, url: str, config: ApiConfig) -> N
     source = source_name()
     ttl = config.pressure_interval * PRESSURE_TTL_INTERVALS
     conn: AsyncConn | None = None
+    # A fixed ceiling, as before the one reconnect policy: the row matters only while the
+    # API is busy, and a publisher that comes back late paces ingestion late.
+    reconnect = Reconnect(
+        "read pressure publisher", Backoff(RECONNECT_DELAY, RECONNECT_DELAY), logger=log
+    )
     try:
         while True:
             try:
@@ -49,6 +56,7 @@ async def publish_pressure(bulkhead: Bulkhead, url: str, config: ApiConfig) -> N
                     url, autocommit=True, application_name="pgenough-api-pressure"
                 )
                 await pacing.forget_expired(conn)
+                reconnect.succeeded()
                 await _publish_loop(conn, bulkhead, config, source, ttl)
             except psycopg.errors.InsufficientPrivilege:
                 log.warning(
@@ -58,11 +66,11 @@ async def publish_pressure(bulkhead: Bulkhead, url: str, config: ApiConfig) -> N
                 )
                 return
             except psycopg.Error as exc:
-                log.warning("read pressure not published (%s); retrying", exc)
+                delay = reconnect.failed(exc)
                 if conn is not None:
                     await conn.close()
                     conn = None
-                await asyncio.sleep(RECONNECT_DELAY)
+                await reconnect.wait(delay)
     finally:
         if conn is not None and not conn.closed:
             try:

@@ -57,7 +57,7 @@ from pgenough.core.queue import (
     PayloadLoader,
     complete_many,
 )
-from pgenough.core.retry import Backoff
+from pgenough.core.retry import Backoff, Reconnect
 
 # The worker's logger, as before the executor had a module of its own.
 log = logging.getLogger("pgenough.core.worker")
@@ -72,6 +72,8 @@ DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_STATS_INTERVAL = 10.0
 INTERRUPTED = "interrupted: the worker shut down before the handler finished"
+CLAIM_BACKOFF = Backoff(base=0.2, cap=10.0)
+"""Retries of a claim loop whose connection failed."""
 RESCAN_INTERVAL = 0.5
 """Seconds a claim loop may claim past its last claimed position before it scans the claim
 index from the start again (see ``_Executor._claim``)."""
@@ -245,7 +247,7 @@ class _Executor:
     async def _claim_loop(self, until_idle: bool) -> None:
         conn: psycopg.AsyncConnection[Any] | None = None
         restore: type[Loader] | None = None
-        failures = 0
+        reconnect = Reconnect(f"{self.name}: claim", CLAIM_BACKOFF, logger=log, rng=self._rng)
         refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
         try:
             while not self._stopping.is_set():
@@ -262,12 +264,10 @@ class _Executor:
                     if conn is None or conn.closed:
                         conn, restore = await self._hold()
                     jobs = await self._claim(conn, done, limit)
-                    failures = 0
+                    reconnect.succeeded()
                 except psycopg.OperationalError as exc:
                     self._done = done + self._done
-                    failures += 1
-                    delay = min(10.0, 0.1 * 2 ** min(failures, 7))
-                    log.warning("%s: claim failed (%s); retry in %.1fs", self.name, exc, delay)
+                    delay = reconnect.failed(exc)
                     if conn is not None:
                         await self._unhold(conn, restore)
                         conn = None

@@ -14,23 +14,27 @@ import asyncio
 import logging
 from collections import defaultdict
 
-import psycopg
-
 from pgenough.core.pubsub import Gap, Subscription
 from pgenough.core.queue import JOBS_CHANNEL
+from pgenough.core.retry import Backoff
+from pgenough.core.service import Service
 
 log = logging.getLogger(__name__)
 
 LISTENER_APPLICATION_PREFIX = "pgenough-listener:"
 """``application_name`` of listener sessions (``pg_stat_activity`` tells them apart)."""
+CONNECT_BACKOFF = Backoff(base=0.1, cap=5.0)
+"""Retries of the first connect (the subscription's own policy takes over once connected)."""
 
 
-class Notifier:
-    """Wakes the executors registered for a queue when a notification names it."""
+class Notifier(Service):
+    """Wakes the executors registered for a queue when a notification names it (a
+    ``Service``: ready once it listens)."""
 
     def __init__(self, conninfo: str, *, name: str, check_interval: float) -> None:
         self._conninfo = conninfo
         self.name = name
+        self.service_name = f"{name}:listen"
         self._check_interval = check_interval
         self._wakes: dict[str, list[asyncio.Event]] = defaultdict(list)
         self.listening = asyncio.Event()
@@ -50,28 +54,28 @@ class Notifier:
         self.listening.clear()
         log.warning("%s: listener lost (%s); reconnecting", self.name, reason)
 
+    async def serve(self) -> None:
+        await self.run()
+
+    async def ready(self) -> None:
+        await self.listening.wait()
+
     async def run(self) -> None:
-        """Listen until cancelled. The subscription reconnects by itself once connected;
-        this loop only retries the first connection."""
-        delay = 0.1
-        while True:
-            subscription = Subscription(
-                self._conninfo,
-                (JOBS_CHANNEL,),
-                ping_interval=self._check_interval,
-                application_name=f"{LISTENER_APPLICATION_PREFIX}{self.name}",
-                on_lost=self._lost,
-            )
-            try:
-                async with subscription:
+        """Listen until cancelled; the subscription retries its first connect and reconnects
+        by itself."""
+        subscription = Subscription(
+            self._conninfo,
+            (JOBS_CHANNEL,),
+            ping_interval=self._check_interval,
+            application_name=f"{LISTENER_APPLICATION_PREFIX}{self.name}",
+            on_lost=self._lost,
+            retry_connect=CONNECT_BACKOFF,
+        )
+        async with subscription:
+            self._up()
+            async for item in subscription:
+                if isinstance(item, Gap):
                     self._up()
-                    async for item in subscription:
-                        if isinstance(item, Gap):
-                            self._up()
-                            continue
-                        for event in self._wakes.get(item.payload, ()):
-                            event.set()
-            except psycopg.OperationalError as exc:
-                self._lost(str(exc).strip() or type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(5.0, delay * 2)
+                    continue
+                for event in self._wakes.get(item.payload, ()):
+                    event.set()

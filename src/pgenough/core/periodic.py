@@ -16,7 +16,6 @@ period at once (the period is still going on).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -31,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core.retry import Backoff, Reconnect
 from pgenough.core.schedule import (
     DEFAULT_GRACE,
     MISSED_POLICIES,
@@ -41,9 +41,13 @@ from pgenough.core.schedule import (
     Tick,
     is_late,
 )
+from pgenough.core.service import Service
 
 log = logging.getLogger(__name__)
 _Q = load("periodic")
+
+CLAIM_BACKOFF = Backoff(base=1.0, cap=30.0)
+"""Retries of a tick's claim while the database cannot be reached."""
 
 TaskFn: TypeAlias = Callable[[], Awaitable[None]]
 Outcome: TypeAlias = Literal["run", "skipped", "recorded"]
@@ -93,8 +97,12 @@ class Claim:
         return self.outcome == "run"
 
 
-class Periodic:
+class Periodic(Service):
     """A set of periodic tasks run by this replica, each at most once per tick overall.
+
+    A ``Service``: ``start()`` runs it in a task, and ``stop()`` then also cancels that task
+    (a running task function with it); ``await run()`` instead returns at ``stop()`` once the
+    running functions have returned.
 
     ::
 
@@ -112,6 +120,7 @@ class Periodic:
     def __init__(self, pool: AsyncConnectionPool, *, replica: str | None = None) -> None:
         self._pool = pool
         self.replica = replica or f"replica-{uuid.uuid4().hex[:12]}"
+        self.service_name = f"{self.replica}:periodic"
         self._tasks: dict[str, PeriodicTask] = {}
         self._stop = asyncio.Event()
         self._rng = random.Random()
@@ -229,28 +238,29 @@ class Periodic:
         return claim
 
     async def _loop(self, task: PeriodicTask) -> None:
-        failures = 0
+        reconnect = Reconnect(
+            f"periodic task {task.name}: claim of its tick",
+            CLAIM_BACKOFF,
+            logger=log,
+            rng=self._rng,
+            stop=self._stop,
+        )
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 claim = await self._run_once(task)
-                failures = 0
+                reconnect.succeeded()
                 # Sleep to the next tick as measured at claim time, so a slow run does not
                 # shift the schedule; the small jitter spreads replicas' claims.
                 wait = task.schedule.next_after(claim.now).at - claim.now
                 delay = wait.total_seconds() + self._rng.uniform(0, 0.02)
                 delay = max(0.0, delay - (time.monotonic() - started))
             except psycopg.Error as exc:  # a service loop: log and carry on
-                failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
-                log.warning(
-                    "periodic task %s: could not claim its tick (%s); retry in %.1fs",
-                    task.name,
-                    exc,
-                    delay,
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=delay)
+                delay = reconnect.failed(exc)
+            await reconnect.wait(delay)
+
+    async def serve(self) -> None:
+        await self.run()
 
     async def run(self) -> None:
         """Run every registered task until ``stop()``."""
@@ -261,6 +271,7 @@ class Periodic:
 
     def stop(self) -> None:
         self._stop.set()
+        super().stop()
 
 
 async def _never() -> None:

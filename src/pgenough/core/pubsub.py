@@ -23,6 +23,8 @@ from psycopg import sql
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
+from pgenough.core.errors import first_line
+from pgenough.core.retry import Backoff, Reconnect
 from pgenough.core.statements import Query, Steps, dual
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ REF_PREFIX = "\x1epgenough-ref:"
 
 DEFAULT_PING_INTERVAL = 5.0
 DEFAULT_RECONNECT_MAX_DELAY = 5.0
+RECONNECT_DELAY = 0.05
+"""The first reconnect's delay (the ceiling of its jitter); it doubles up to the maximum."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,9 @@ class Subscription:
     """Messages of some channels, as an async iterator of ``Message`` and ``Gap``.
 
     Use ``subscribe(url, *channels)``; entering the ``async with`` returns once LISTEN is
-    active, so anything committed after that is delivered.
+    active, so anything committed after that is delivered. It fails when the first connect
+    does, unless ``retry_connect`` is given: then it retries on that backoff until it connects
+    (a service that must wait for its database, as a listener started before the server is).
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class Subscription:
         reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY,
         application_name: str = "pgenough-subscriber",
         on_lost: Callable[[str], None] | None = None,
+        retry_connect: Backoff | None = None,
     ) -> None:
         if not channels:
             raise ValueError("subscribe to at least one channel")
@@ -95,12 +102,31 @@ class Subscription:
         self.on_lost = on_lost
         """Called with the reason as soon as the connection is found lost, before the
         reconnect attempts (which may take long): for a subscriber that must stop trusting
-        what it holds at once, not only at the ``Gap`` that follows the reconnect."""
+        what it holds at once, not only at the ``Gap`` that follows the reconnect. With
+        ``retry_connect``, also once when the first connect fails, before its retries."""
+        self.retry_connect = retry_connect
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self.reconnects = 0
+        names = ", ".join(channels)
+        self._reconnect_policy = Reconnect(
+            f"subscriber to {names}: reconnect",
+            Backoff(min(RECONNECT_DELAY, reconnect_max_delay), reconnect_max_delay),
+            logger=log,
+        )
 
     async def __aenter__(self) -> Self:
-        self._conn = await self._connect()
+        if self.retry_connect is None:
+            self._conn = await self._connect()
+            return self
+        first = Reconnect(
+            f"subscriber to {', '.join(self.channels)}: connect", self.retry_connect, logger=log
+        )
+
+        def down(exc: BaseException) -> None:
+            if first.failures == 1 and self.on_lost is not None:
+                self.on_lost(first_line(exc))
+
+        self._conn = await first.attempt(self._connect, psycopg.OperationalError, on_failure=down)
         return self
 
     async def __aexit__(
@@ -136,15 +162,7 @@ class Subscription:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
-        delay = 0.05
-        while True:
-            try:
-                self._conn = await self._connect()
-                break
-            except psycopg.OperationalError as exc:
-                log.warning("subscriber reconnect failed (%s); retry in %.2fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(self.reconnect_max_delay, delay * 2)
+        self._conn = await self._reconnect_policy.attempt(self._connect, psycopg.OperationalError)
         self.reconnects += 1
         log.warning("subscriber reconnected to %s after: %s", ", ".join(self.channels), reason)
         return Gap(self.channels, since, datetime.now(UTC), reason)
@@ -196,6 +214,7 @@ def subscribe(
     *channels: str,
     ping_interval: float = DEFAULT_PING_INTERVAL,
     on_lost: Callable[[str], None] | None = None,
+    retry_connect: Backoff | None = None,
 ) -> Subscription:
     """Subscribe to ``channels`` on a dedicated connection to ``url``::
 
@@ -206,4 +225,6 @@ def subscribe(
             else:
                 print(item.channel, item.payload)
     """
-    return Subscription(url, channels, ping_interval=ping_interval, on_lost=on_lost)
+    return Subscription(
+        url, channels, ping_interval=ping_interval, on_lost=on_lost, retry_connect=retry_connect
+    )

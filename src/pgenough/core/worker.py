@@ -41,11 +41,12 @@ from pgenough.core.executor import (
 from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
 from pgenough.core.queue import refresh_queue_metrics
+from pgenough.core.service import Service, Services, TaskService
 
 log = logging.getLogger(__name__)
 
 
-class Worker:
+class Worker(Service):
     """Runs the handlers of one or more queues in this process until stopped.
 
     ``handlers`` maps a job's ``kind`` to an async function taking the ``Job``. Raise to fail
@@ -60,6 +61,10 @@ class Worker:
     River's client does: ONE listening connection whatever the number of queues, ONE set of
     periodic duties (rescuer, cleaner, yours on ``periodic``) and one queue-stats refresh.
     So every config must carry the same ``maintenance``.
+
+    A ``Service`` itself (``start()``, ``stop()``, ``wait_stopped()``) for a host that runs it
+    beside others; its own services start in order (listener, periodic duties, queue stats)
+    and stop in reverse once its claim loops are done.
     """
 
     def __init__(
@@ -84,6 +89,7 @@ class Worker:
         """The first queue's config (the only one, for a one-queue worker)."""
         self.configs = configs
         self.name = name or f"worker-{uuid.uuid4().hex[:12]}"
+        self.service_name = self.name
         rng = rng or random.Random()
         multi = len(configs) > 1
         self._executors = [
@@ -147,20 +153,19 @@ class Worker:
         """
         if handle_signals:
             self._install_signal_handlers()
-        services: list[asyncio.Task[None]] = []
-        if not until_idle:
-            services.append(asyncio.create_task(self._notifier.run(), name=f"{self.name}:listen"))
-            services.append(asyncio.create_task(self.periodic.run(), name=f"{self.name}:periodic"))
-            services.append(asyncio.create_task(self._refresh_stats(), name=f"{self.name}:stats"))
-        try:
-            await asyncio.gather(*(e.run(until_idle) for e in self._executors))
-        finally:
-            self.stop()
-            self.periodic.stop()
-            for task in services:
-                task.cancel()
-            await asyncio.gather(*services, return_exceptions=True)
+        async with Services() as services:
+            if not until_idle:
+                await services.start(self._notifier)
+                await services.start(self.periodic)
+                await services.start(TaskService(f"{self.name}:stats", self._refresh_stats))
+            try:
+                await asyncio.gather(*(e.run(until_idle) for e in self._executors))
+            finally:
+                self.stop()
         return self.stats
+
+    async def serve(self) -> None:
+        await self.run()
 
     # -- background services ----------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """What the settings and the command line know of the plan service before loading it: the
-defaults they offer and the statuses a run can be in.
+defaults they offer and the statuses a run can be in (the API's defaults are in
+``api/defaults.py``).
 
 Nothing here imports the service's dependencies (httpx, lxml), so ``pgenough.settings`` and
 ``pgenough --help`` load in an installation without the ``service`` extra. The modules that
@@ -24,15 +25,3 @@ RUN_STATUSES: Final = ("RUNNING", "STAGED", "PROCESSED", "FAILED")
 
 DEFAULT_PACING_MAX_PAUSE: Final = 0.25
 """Seconds a fetch or process worker pauses between chunks at full read pressure (0: never)."""
-DEFAULT_PRESSURE_THRESHOLD: Final = 0.5
-"""Share of the API's search slots in use above which it publishes pressure."""
-DEFAULT_PRESSURE_INTERVAL: Final = 0.1
-"""Seconds between the API's samples of its bulkhead (and at most one write each)."""
-DEFAULT_BULKHEAD_WAIT: Final = 0.1
-"""Seconds a search may wait in line for one of the API's slots: long enough to ride out a
-burst of a few milliseconds, short against a client's patience."""
-DEFAULT_STREAM_STALL_TIMEOUT: Final = 10.0
-"""Seconds one page of a streamed search may wait for the client to take it: a reader at a
-few hundred kbit/s never waits that long for a page, one that stopped reading is cut."""
-DEFAULT_READY_FULL_AFTER: Final = 10.0
-"""Seconds every search slot may stay taken before /health/ready reports it."""

@@ -19,13 +19,13 @@ from fastapi.templating import Jinja2Templates
 
 from pgenough.api.ui import format
 from pgenough.api.ui.config import UiConfig
+from pgenough.api.ui.deps import Pages
 from pgenough.api.ui.errors import UiError, handler
-from pgenough.api.ui.hosts import AllowedHosts, DashboardGuard
+from pgenough.api.ui.hosts import DashboardGuard
 from pgenough.api.ui.routes import build_router
 from pgenough.api.ui.sessions import MIGRATIONS
 from pgenough.api.ui.state import UiState, running
 from pgenough.plans import inspect
-from pgenough.settings import Settings
 
 HERE: Final = Path(__file__).resolve().parent
 
@@ -36,22 +36,7 @@ __all__ = [
     "end_streams",
     "install",
     "running",
-    "ui_config",
 ]
-
-
-def ui_config(settings: Settings) -> UiConfig:
-    return UiConfig(
-        enabled=settings.ui_enabled,
-        database_url=settings.ui_database_url,
-        actions=settings.ui_actions,
-        token=settings.ui_token.get_secret_value() if settings.ui_token is not None else None,
-        tick=settings.ui_tick,
-        statement_timeout=settings.ui_statement_timeout,
-        session_max_age=settings.ui_session_max_age,
-        login_max_backoff=settings.ui_login_max_backoff,
-        allowed_hosts=AllowedHosts.parse(settings.ui_allowed_hosts, bind=settings.api_host),
-    )
 
 
 def templates() -> Jinja2Templates:
@@ -66,9 +51,10 @@ def install(app: FastAPI, config: UiConfig) -> None:
     """The dashboard's routes on ``app``, behind its host check; the lifespan must put a
     ``UiState`` on ``app.state.ui``."""
     pages = templates()
+    app.state.ui_pages = Pages(pages)  # what the routes render with (``deps.PagesDep``)
     # Mounted before the router: its catch-all 404 page would shadow /ui/static otherwise.
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    app.include_router(build_router(pages))
+    app.include_router(build_router())
     app.add_exception_handler(UiError, handler(pages))
     app.add_middleware(DashboardGuard, hosts=config.allowed_hosts, render=handler(pages))
 

@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from fastapi import Request
 
-from pgenough.api.ui.config import DEFAULT_SESSION_MAX_AGE
+from pgenough.api.defaults import DEFAULT_UI_SESSION_MAX_AGE
 
 SESSION_COOKIE: Final = "pgenough_ui_session"
 FLASH_COOKIE: Final = "pgenough_ui_flash"
@@ -64,7 +64,7 @@ class Auth:
         self,
         token: str | None,
         *,
-        session_max_age: float = DEFAULT_SESSION_MAX_AGE,
+        session_max_age: float = DEFAULT_UI_SESSION_MAX_AGE,
         now: float | None = None,
     ) -> None:
         self.token = token

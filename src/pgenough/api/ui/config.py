@@ -5,17 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from pgenough.api.defaults import (
+    DEFAULT_UI_LOGIN_MAX_BACKOFF,
+    DEFAULT_UI_SESSION_MAX_AGE,
+    DEFAULT_UI_STATEMENT_TIMEOUT,
+    DEFAULT_UI_TICK,
+)
 from pgenough.api.errors import ApiConfigError
 from pgenough.api.ui.hosts import LOOPBACK_ONLY, AllowedHosts
 
-DEFAULT_TICK: Final = 5.0
-DEFAULT_STATEMENT_TIMEOUT: Final = 3.0
 # A handful of pages and one live feed: three connections are plenty, and keep the dashboard
 # from ever competing with /search for the database.
 POOL_MAX_SIZE: Final = 3
 DEFAULT_MAX_CLIENTS: Final = 64
-DEFAULT_SESSION_MAX_AGE: Final = 12 * 3600.0
-DEFAULT_LOGIN_MAX_BACKOFF: Final = 60.0
 DEFAULT_RUNS_PAGE: Final = 50
 DEFAULT_JOBS_PAGE: Final = 100
 
@@ -29,14 +31,14 @@ class UiConfig:
     """Retry and discard allowed; off, the buttons are hidden and the POSTs answer 403."""
     token: str | None = None
     """When set, every page and action needs it (``Authorization: Bearer`` or the login)."""
-    tick: float = DEFAULT_TICK
+    tick: float = DEFAULT_UI_TICK
     """Seconds between the live overview's periodic refreshes."""
-    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+    statement_timeout: float = DEFAULT_UI_STATEMENT_TIMEOUT
     max_clients: int = DEFAULT_MAX_CLIENTS
     """Browsers following the live overview at once; more get 503."""
-    session_max_age: float = DEFAULT_SESSION_MAX_AGE
+    session_max_age: float = DEFAULT_UI_SESSION_MAX_AGE
     """Seconds a login lasts, unless a logout ends it first."""
-    login_max_backoff: float = DEFAULT_LOGIN_MAX_BACKOFF
+    login_max_backoff: float = DEFAULT_UI_LOGIN_MAX_BACKOFF
     """The longest wait a client's wrong tokens earn it before its next try (``throttle``)."""
     allowed_hosts: AllowedHosts = LOOPBACK_ONLY
     """``Host`` names the dashboard answers to, besides loopback ones (``api/ui/hosts.py``)."""

@@ -19,9 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-import psycopg
-
-from pgenough.core import Gap, subscribe
+from pgenough.core import Backoff, Gap, subscribe
 from pgenough.plans.events import RUN_CHANGED
 from pgenough.plans.process import PLANS_CHANGED
 
@@ -30,6 +28,8 @@ log = logging.getLogger(__name__)
 CHANNELS: Final = (RUN_CHANGED, PLANS_CHANGED)
 MIN_INTERVAL: Final = 0.25
 LISTEN_RETRY: Final = 2.0
+"""The listener's first retry of its connect, doubling from there up to ``LISTEN_MAX_DELAY``."""
+LISTEN_MAX_DELAY: Final = 30.0
 
 
 @dataclass(frozen=True)
@@ -118,24 +118,22 @@ class LiveFeed:
         self._stale.set()
 
     async def listen(self, url: str, listening: asyncio.Event) -> None:
-        """Mark the overview stale on every run change, plans change and gap; reconnect when
-        the subscription cannot be opened."""
-        while True:
-            try:
-                async with subscribe(url, *CHANNELS) as sub:
-                    listening.set()
-                    # Whatever changed while we were not listening: resynchronise.
-                    self._stale.set()
-                    async for item in sub:
-                        if isinstance(item, Gap):
-                            self.gaps += 1
-                        self._stale.set()
-            except psycopg.Error as exc:
-                log.warning(
-                    "dashboard listener cannot subscribe (%s); retry in %gs", exc, LISTEN_RETRY
-                )
-                listening.set()  # do not hold up start-up: the pages work without it
-                await asyncio.sleep(LISTEN_RETRY)
+        """Mark the overview stale on every run change, plans change and gap; the
+        subscription retries its first connect and reconnects by itself."""
+
+        def down(reason: str) -> None:
+            listening.set()  # do not hold up start-up: the pages work without it
+
+        async with subscribe(
+            url, *CHANNELS, on_lost=down, retry_connect=Backoff(LISTEN_RETRY, LISTEN_MAX_DELAY)
+        ) as sub:
+            listening.set()
+            # Whatever changed while we were not listening: resynchronise.
+            self._stale.set()
+            async for item in sub:
+                if isinstance(item, Gap):
+                    self.gaps += 1
+                self._stale.set()
 
     async def publish(self) -> None:
         """Snapshot and fan out, on every change (coalesced) and every tick, until closed."""

@@ -26,6 +26,7 @@ from pgenough.api.ui.errors import UiError
 from pgenough.api.ui.live import Event, LiveFeed
 from pgenough.api.ui.throttle import LoginThrottle
 from pgenough.core import open_pool
+from pgenough.core.service import Services, TaskService
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 
@@ -121,20 +122,19 @@ async def running(config: UiConfig, url: str) -> AsyncIterator[UiState]:
     state = UiState(config, pool, feed, auth, LoginThrottle(config.login_max_backoff))
     holder.append(state)
     listening = asyncio.Event()
-    tasks = [
-        asyncio.create_task(feed.listen(url, listening), name="ui-listen"),
-        asyncio.create_task(feed.publish(), name="ui-publish"),
-    ]
+    listener = TaskService(
+        "ui-listen",
+        lambda: feed.listen(url, listening),
+        ready=listening,
+        ready_timeout=LISTEN_START_TIMEOUT,
+    )
+    services = Services()
     try:
-        try:
-            async with asyncio.timeout(LISTEN_START_TIMEOUT):
-                await listening.wait()
-        except TimeoutError:
+        if not await services.start(listener):
             log.warning("dashboard listener not connected yet: the live view waits for it")
+        await services.start(TaskService("ui-publish", feed.publish))
         yield state
     finally:
         feed.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await services.stop()
         await pool.close()

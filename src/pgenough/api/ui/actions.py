@@ -1,0 +1,84 @@
+"""The dashboard's three actions: retry a job, discard a job, retry every dead job.
+
+Each changes state only through the core's repairs, then redirects (303) back with a flash
+message; each first checks the login, that actions are enabled and the CSRF token.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import RedirectResponse, Response
+
+from pgenough.api.ui import params, sessions
+from pgenough.api.ui.auth import FLASH_COOKIE, FLASH_MAX_AGE, BadForm, Flash, read_form
+from pgenough.api.ui.deps import UiDep, target, ui_router
+from pgenough.api.ui.errors import LoginRequired, forbidden
+from pgenough.api.ui.state import UiState, connection
+from pgenough.core import JobNotFound, repair
+
+router = ui_router()
+
+
+async def action(request: Request, ui: UiState) -> dict[str, str]:
+    """The form of a permitted, genuine action; else 401, 403 or 400."""
+    if not await sessions.signed_in(ui, request):
+        raise LoginRequired
+    if not ui.config.actions:
+        raise forbidden("the dashboard is read-only: set PGENOUGH_UI_ACTIONS=1 to allow actions")
+    try:
+        form = await read_form(request)
+    except BadForm as exc:
+        raise params.bad(str(exc), params.FORM) from exc
+    if not ui.auth.csrf_valid(request, form):
+        raise forbidden(
+            "the form's CSRF token is missing or stale, or it came from another site:"
+            " reload the page and try again"
+        )
+    return form
+
+
+def done(ui: UiState, form: dict[str, str], flash: Flash) -> Response:
+    response = RedirectResponse(target(form.get("next"), "/ui/failures"), status_code=303)
+    response.set_cookie(
+        FLASH_COOKIE,
+        ui.auth.flash_cookie(flash),
+        max_age=FLASH_MAX_AGE,
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+    )
+    return response
+
+
+@router.post("/jobs/{job_id:int}/retry")
+async def retry(request: Request, ui: UiDep, job_id: int) -> Response:
+    form = await action(request, ui)
+    params.checked_id("the job id", job_id, "a job id")
+    try:
+        async with connection(ui) as conn:
+            job = await repair.retry(conn, job_id)
+    except JobNotFound as exc:
+        return done(ui, form, Flash("error", str(exc)))
+    return done(ui, form, Flash("ok", f"job {job.id} will run again now ({job.state})"))
+
+
+@router.post("/jobs/{job_id:int}/discard")
+async def discard(request: Request, ui: UiDep, job_id: int) -> Response:
+    form = await action(request, ui)
+    params.checked_id("the job id", job_id, "a job id")
+    try:
+        async with connection(ui) as conn:
+            job = await repair.discard(conn, job_id)
+    except JobNotFound as exc:
+        return done(ui, form, Flash("error", str(exc)))
+    return done(ui, form, Flash("ok", f"job {job.id} discarded ({job.state})"))
+
+
+@router.post("/jobs/retry-dead")
+async def retry_dead(request: Request, ui: UiDep) -> Response:
+    form = await action(request, ui)
+    queue = params.text("queue", form.get("queue", ""), params.FORM)
+    async with connection(ui) as conn:
+        n = await repair.retry_all_dead(conn, queue or None)
+    plural = "job" if n == 1 else "jobs"
+    return done(ui, form, Flash("ok", f"{n} dead {plural} will run again now"))

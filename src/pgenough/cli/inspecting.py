@@ -1,0 +1,80 @@
+"""What the inspecting and repairing commands share: their help panel, a small pool that
+translates a database without pgenough's schema, and output as tables or one JSON document."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import psycopg
+import typer
+from rich.console import Console, RenderableType
+
+from pgenough import jsonable
+from pgenough.cli.base import T, _run, _settings, _setup_logging, out
+from pgenough.core import DatabaseError, open_pool
+from pgenough.core.statements import AsyncConn
+from pgenough.settings import Settings
+
+# These commands never migrate: looking must not change the database, and a repair changes
+# only the jobs it names. Each opens a small pool, calls one function of plans.inspect (or,
+# for jobs, of the core), and prints tables, or with --json exactly one JSON document on
+# stdout.
+
+INSPECT_PANEL = "Inspect and repair"
+PIPED_WIDTH = 200
+INSPECT_TIMEOUT = 5.0
+"""Seconds to reach the database: someone asking for status wants an answer or an error now."""
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout instead of tables.")
+]
+
+
+async def _on_connection(
+    settings: Settings, name: str, action: Callable[[AsyncConn], Awaitable[T]]
+) -> T:
+    """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
+    about a database without pgenough's tables into what the operator should do."""
+    pool = await open_pool(
+        settings.resolve_database_url(),
+        max_size=2,
+        name=name,
+        timeout=INSPECT_TIMEOUT,
+    )
+    try:
+        async with pool.connection() as conn:
+            return await action(conn)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+        raise DatabaseError("pgenough's schema is missing: run `pgenough migrate`") from exc
+    except psycopg.OperationalError as exc:
+        # The connection broke mid-command (server restart, timeout): one line, no traceback.
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(f"database error: {reason}") from exc
+    finally:
+        await pool.close()
+
+
+def _inspect(name: str, action: Callable[[AsyncConn], Awaitable[T]]) -> T:
+    settings = _settings()
+    _setup_logging(settings)
+    return _run(lambda: _on_connection(settings, f"pgenough-{name}", action), settings)
+
+
+def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:
+    if as_json:
+        # Plain stdout, not rich: rich would wrap and highlight, and the document must parse.
+        sys.stdout.write(json.dumps(jsonable.as_json(value), indent=2) + "\n")
+    else:
+        # Piped into a file, grep or less, a table is not cut to 80 columns (rich's default
+        # when it cannot ask a terminal); a terminal gets its own width.
+        wide = out if out.is_terminal else Console(width=max(out.width, PIPED_WIDTH))
+        wide.print(view())
+
+
+def _now() -> datetime:
+    # Ages in tables are read against this machine's clock; --json carries the timestamps.
+    return datetime.now(UTC)

@@ -1,0 +1,67 @@
+"""What the worker commands (``worker run``, ``fetch``, ``process``) share: their typer
+group, a pool on a migrated database, and a worker's own metrics port."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Annotated
+
+import prometheus_client
+import typer
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.cli.base import _fail
+from pgenough.core import MigrationSet, migrate, open_pool
+from pgenough.httpserver import ListenError
+from pgenough.settings import Settings
+
+worker_app = typer.Typer(
+    help="Run your tasks, or a plan service fetch or process worker.", no_args_is_help=True
+)
+
+
+async def _ready_core_pool(
+    settings: Settings,
+    name: str,
+    max_size: int | None = None,
+    layers: Sequence[MigrationSet] = (),
+) -> AsyncConnectionPool:
+    """A pool on a database migrated for the core and ``layers`` (workers migrate on
+    start-up; it is idempotent)."""
+    pool = await open_pool(
+        settings.resolve_database_url(),
+        max_size=max_size or settings.pool_max_size,
+        name=name,
+        prepared_statements=settings.prepared_statements,
+    )
+    async with pool.connection() as conn:
+        await migrate(conn, layers)
+    return pool
+
+
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve Prometheus metrics at /metrics on this port (default: settings; none).",
+    ),
+]
+
+
+def _serve_metrics(settings: Settings, port: int | None) -> None:
+    """A worker's own /metrics endpoint, on a daemon thread: its counters (fetches, chunks,
+    jobs, pools) exist only in its process, so Prometheus must scrape each worker."""
+    port = settings.metrics_port if port is None else port
+    if port is None:
+        return
+    host = settings.metrics_host
+    try:
+        server, _ = prometheus_client.start_http_server(port, addr=host)
+    except OSError as exc:
+        _fail(f"metrics: {ListenError(host, port, exc)}")
+    logging.getLogger("pgenough.cli").info(
+        "metrics at http://%s:%d/metrics", host, server.server_port
+    )
