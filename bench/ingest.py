@@ -98,7 +98,7 @@ from pgenough.core import migrate
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
 from pgenough.plans import store
 from pgenough.plans.feed import DEFAULT_CHUNK_SIZE, FeedParser, PlanRecord
-from pgenough.plans.simdata import render_snapshot
+from pgenough.sim.data import render_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pgenough.cli import BIGINT_MAX
-from pgenough.plans.sim import SimServer
 from pgenough.settings import MAX_CONCURRENCY
+from pgenough.sim.server import SimServer
 from tests.test_cli import free_port, pgenough
 
 TOO_BIG = "99999999999999999999"  # > 2**63 - 1: PostgreSQL's "bigint out of range"

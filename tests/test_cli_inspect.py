@@ -23,7 +23,7 @@ from pgenough.cli import app
 from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.jsonable import as_json
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.helpers.procs import ROOT
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 from tests.ui import scenes

@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import bind_log_context, log_context
 from pgenough.logs import ContextFilter, JsonFormatter, TextFormatter
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import fetch, process
 from tests.test_cli import pgenough
 

@@ -30,7 +30,8 @@ from pgenough.httpserver import base_url
 from pgenough.plans.fetch import RunResult, fetch_loop
 from pgenough.plans.process import PLANS_CHANGED, process_worker
 from pgenough.plans.provider import ProviderConfig
-from pgenough.plans.sim import SimServer
+from pgenough.plans.runs import RunStatus
+from pgenough.sim.server import SimServer
 
 log = logging.getLogger("pgenough.demo")
 
@@ -74,7 +75,7 @@ def _dashboard_line(base: str, ui: UiConfig) -> str:
 def _describe(result: RunResult | None) -> str:
     if result is None:
         return "skipped (another fetcher holds the provider)"
-    if result.status == "FAILED":
+    if result.status == RunStatus.FAILED:
         return f"run {result.run_id} FAILED: {result.reason}"
     return (
         f"run {result.run_id} {result.status}: {result.plans_staged} plans staged, "

@@ -2,9 +2,10 @@
 tables and panels built from its dataclasses. Pure: values in, renderables out, no I/O, so
 ``cli.py`` stays a dispatcher and ``--json`` bypasses all of this.
 
-The plan service's types are for the type checker only: ``pgenough jobs`` and ``job`` render
-the core's records in an installation without the ``service`` extra, where the plan service
-cannot be imported."""
+The plan service's records are for the type checker only: ``pgenough jobs`` and ``job`` render
+the core's records in an installation without the ``service`` extra, where most of the plan
+service cannot be imported. ``RunStatus`` is imported for real: ``plans.runs`` needs only the
+core."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from pgenough.core import JobRecord, JobState, QueueStats
+from pgenough.plans.runs import RunStatus
 
 if TYPE_CHECKING:
     from pgenough.plans.inspect import (
@@ -32,11 +34,11 @@ if TYPE_CHECKING:
 RunOf = Callable[[JobRecord], int | None]
 """Which run a job applies (``plans.inspect.chunk_run``), for the run column of jobs."""
 
-STATUS_STYLES = {
-    "RUNNING": "cyan",
-    "STAGED": "yellow",
-    "PROCESSED": "green",
-    "FAILED": "bold red",
+STATUS_STYLES: dict[str, str] = {
+    RunStatus.RUNNING: "cyan",
+    RunStatus.STAGED: "yellow",
+    RunStatus.PROCESSED: "green",
+    RunStatus.FAILED: "bold red",
     # Job states (core queue).
     JobState.READY: "cyan",
     JobState.RUNNING: "yellow",
@@ -288,7 +290,7 @@ def run_detail(run: RunDetail, now: datetime) -> RenderableType:
         ("url", run.url),
         ("status", status(run.status)),
         ("reason", Text(run.reason or "", style="red")),
-        ("doing", run.phase if run.status == "RUNNING" and run.phase else ""),
+        ("doing", run.phase if run.status == RunStatus.RUNNING and run.phase else ""),
         ("owner", run.owner),
         ("feed variant", run.variant or "-"),
         ("started", f"{run.started_at.isoformat()} ({ago(run.started_at, now)})"),

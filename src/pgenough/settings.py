@@ -36,9 +36,9 @@ from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 from pgenough.plans.defaults import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DEADLINE,
+    DEFAULT_FETCH_ATTEMPTS,
     DEFAULT_LOW_SPEED_LIMIT,
     DEFAULT_LOW_SPEED_TIME,
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_PACING_MAX_PAUSE,
     DEFAULT_READ_TIMEOUT,
@@ -166,7 +166,7 @@ class Settings(BaseSettings):
     )
     provider_connect_timeout: float = Field(default=DEFAULT_CONNECT_TIMEOUT, gt=0)
     provider_read_timeout: float = Field(default=DEFAULT_READ_TIMEOUT, gt=0)
-    provider_max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)
+    provider_max_attempts: int = Field(default=DEFAULT_FETCH_ATTEMPTS, ge=1)
     provider_low_speed_limit: float = Field(
         default=DEFAULT_LOW_SPEED_LIMIT,
         ge=0,

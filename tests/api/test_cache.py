@@ -9,7 +9,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api.cache import ResponseCache
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import Plan, Proxy, add_plans, api_settings, events, serving, state
 from tests.plans.pipeline import ingest
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import api_settings, events, serving
 from tests.plans.pipeline import fetch, ingest, process, run_row
 

@@ -10,12 +10,13 @@ import httpx
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Backoff, WorkerConfig, WorkerStats, lock_key
-from pgenough.plans.feed import PlanRecord, parse_bytes
+from pgenough.plans.feed import PlanRecord
 from pgenough.plans.fetch import FetchConfig, RunResult, fetch_provider, provider_client
 from pgenough.plans.process import process_worker
 from pgenough.plans.provider import ProviderConfig
 from tests.helpers.procs import wait_until
 from tests.plans.model import DUMP
+from tests.plans.records import parse_bytes
 
 FAST_RETRIES = Backoff(base=0.01, cap=0.05)
 

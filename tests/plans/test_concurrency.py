@@ -11,7 +11,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.plans.fetch import FetchConfig, fetch_all
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.helpers.procs import ROOT
 from tests.plans.pipeline import provider, run_row
 

@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core.db import EmbeddedServer
 from pgenough.plans.fetch import FetchConfig
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.helpers.embedded import restart_embedded
 from tests.helpers.procs import ROOT, wait_until
 from tests.plans.model import expected_rows

@@ -15,7 +15,6 @@ from rich.console import Console
 
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect, store
-from pgenough.plans.feed import parse_bytes
 from pgenough.plans.fetch import FetchConfig
 from pgenough.render import run_detail as render_run_detail
 from tests.api.helpers import api_settings, serving
@@ -30,6 +29,7 @@ from tests.plans.pipeline import (
     process,
     run_row,
 )
+from tests.plans.records import parse_bytes, write_records
 from tests.plans.static import StaticServer
 from tests.plans.test_feed import base, plan, zone
 
@@ -98,7 +98,7 @@ async def pages_before_the_merge(
         await store.create_staging(conn, scratch, PROVIDER)
         writer = store.StagingWriter(scratch)
         for offset in range(0, len(records), 5000):  # the fetch worker's COPY batches
-            await writer.write(conn, records[offset : offset + 5000])
+            await write_records(conn, writer, records[offset : offset + 5000])
     try:
         return await staged_pages(pool, scratch)
     finally:

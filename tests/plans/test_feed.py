@@ -35,9 +35,9 @@ from pgenough.plans.feed import (
     PlanRecord,
     Skip,
     _parse_datetime,
-    parse_bytes,
 )
 from tests.plans.feedgen import Snapshot, deep_document, render, synthetic
+from tests.plans.records import parse_bytes
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "fever" / "response_1.xml"
 VARIANTS = ("planList", "eventList")

@@ -22,8 +22,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.plans.fetch import lock_name
-from pgenough.plans.sim import SimServer
-from pgenough.plans.simdata import render_snapshot
+from pgenough.sim.data import render_snapshot
+from pgenough.sim.server import SimServer
 from tests.helpers.procs import ROOT, wait_until
 from tests.plans.badprovider import (
     BadProvider,

@@ -24,7 +24,7 @@ from pgenough.plans.fetch import (
     provider_client,
 )
 from pgenough.plans.process import fail_stale_runs
-from pgenough.plans.simdata import render_snapshot
+from pgenough.sim.data import render_snapshot
 from tests.plans.badprovider import (
     BadProvider,
     deflated,

@@ -11,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import cancel_job, enqueue, get_job, queue_stats, repair
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 
 pytestmark = pytest.mark.db

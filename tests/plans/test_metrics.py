@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import NewJob, advisory_lock, enqueue_many
 from pgenough.plans.fetch import lock_name
 from pgenough.plans.process import CHUNK_KIND, PLANS_QUEUE, fail_stale_runs
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import fetch, process, run_row
 
 pytestmark = pytest.mark.db

@@ -12,12 +12,12 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api.models import SearchResponse
-from pgenough.plans.feed import parse_bytes
 from pgenough.plans.store import plan_uuid
 from tests.api.helpers import ServerThread, api_app, api_settings
 from tests.plans.feedgen import render
 from tests.plans.model import expected_rows
 from tests.plans.pipeline import assert_finished, dump, ingest
+from tests.plans.records import parse_bytes
 from tests.plans.static import StaticServer
 from tests.plans.test_feed import base, plan, zone
 

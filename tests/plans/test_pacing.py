@@ -23,7 +23,7 @@ from pgenough.plans import pacing
 from pgenough.plans.fetch import FetchConfig
 from pgenough.plans.pacing import NO_PACING, Pacer, PacingConfig
 from pgenough.plans.process import pacer, process_worker
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import api_settings, free_port, serving
 from tests.helpers.procs import Proc, wait_until
 from tests.plans.pipeline import fetch

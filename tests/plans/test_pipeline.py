@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import Message, subscribe
 from pgenough.plans.fetch import FetchConfig
 from pgenough.plans.process import PLANS_CHANGED, fail_stale_runs
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.model import expected_rows
 from tests.plans.pipeline import (
     download,

@@ -1,4 +1,4 @@
-"""The provider simulator (plans/sim.py and plans/simdata.py), through a real SimServer and
+"""The provider simulator (sim/server.py and sim/data.py), through a real SimServer and
 httpx. No database."""
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import httpx
 import pytest
 from lxml import etree
 
-from pgenough.plans.feed import parse_bytes
-from pgenough.plans.sim import SimServer, parse_fault
-from pgenough.plans.simdata import (
+from pgenough.sim.data import (
     BYTES_PER_PLAN,
     CHUNK_BYTES,
     SimPlan,
@@ -29,6 +27,8 @@ from pgenough.plans.simdata import (
     render_snapshot,
     snapshot_plans,
 )
+from pgenough.sim.server import SimServer, parse_fault
+from tests.plans.records import parse_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 7
@@ -533,7 +533,7 @@ def test_generating_200k_plans_keeps_memory_flat() -> None:
     script = textwrap.dedent(
         """
         import resource, tracemalloc
-        from pgenough.plans.simdata import render_snapshot
+        from pgenough.sim.data import render_snapshot
         for _ in render_snapshot(1, 1, 5000):  # warm up: tables, first chunks
             pass
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -563,7 +563,7 @@ def test_generating_200k_plans_keeps_memory_flat() -> None:
 
 
 def test_serve_runs_in_the_foreground_until_interrupted() -> None:
-    code = "from pgenough.plans.sim import serve; serve(plans=20, port=0, seed=3)"
+    code = "from pgenough.sim.server import serve; serve(plans=20, port=0, seed=3)"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE, text=True
     )

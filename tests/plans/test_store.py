@@ -16,6 +16,7 @@ from pgenough.plans import store
 from pgenough.plans.feed import PlanRecord
 from pgenough.plans.fetch import chunk_jobs
 from pgenough.plans.store import plan_uuid
+from tests.plans.records import write_records
 
 pytestmark = pytest.mark.db
 
@@ -133,7 +134,7 @@ async def stage(
     assert row is not None
     run_id = int(row[0])
     await store.create_staging(conn, run_id, provider)
-    await store.StagingWriter(run_id).write(conn, rows)
+    await write_records(conn, store.StagingWriter(run_id), rows)
     return run_id
 
 
@@ -245,9 +246,10 @@ async def test_copies_in_a_staging_table_sealed_without_the_merge_end_with_the_l
 async def test_copy_text_stages_exactly_what_records_stage(db: AsyncConnectionPool) -> None:
     """The fetch worker's COPY text (``FeedParser(copy_text=True)``) and the typed records
     through psycopg's row formatting load identical staging rows, awkward values included."""
-    from pgenough.plans.feed import FeedParser, parse_bytes
-    from pgenough.plans.simdata import render_snapshot
+    from pgenough.plans.feed import FeedParser
+    from pgenough.sim.data import render_snapshot
     from tests.plans.feedgen import render
+    from tests.plans.records import parse_bytes
 
     awkward = render(
         [
@@ -293,8 +295,8 @@ async def test_copy_text_stages_exactly_what_records_stage(db: AsyncConnectionPo
                 await store.create_staging(conn, run_id, "copy")
                 writer = store.StagingWriter(run_id)
                 if write == "records":
-                    await writer.write(conn, records[:7])
-                    await writer.write(conn, records[7:])
+                    await write_records(conn, writer, records[:7])
+                    await write_records(conn, writer, records[7:])
                 else:
                     await writer.write_copy(conn, lines[:7])
                     await writer.write_copy(conn, lines[7:])

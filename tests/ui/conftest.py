@@ -8,7 +8,7 @@ import pytest
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import api_settings, serving
 
 TOKEN = "s3cret-token"

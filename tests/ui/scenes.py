@@ -25,7 +25,7 @@ from pgenough.core import (
 )
 from pgenough.plans import inspect
 from pgenough.plans.fetch import FetchConfig, RunResult
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from pgenough.api import MIGRATIONS
 from pgenough.core import migrate, open_pool, start_embedded
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import fetch, ingest
 from tests.ui import scenes
 from tests.ui.browser import CHROMIUM, chromium_page

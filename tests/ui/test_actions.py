@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue, get_job
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import IN_PROCESS_HOST, serving
 from tests.ui import scenes
 from tests.ui.conftest import TOKEN, ui_settings

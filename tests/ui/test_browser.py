@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import ingest, process
 from tests.ui import scenes
 from tests.ui.browser import chromium_page, require_browser

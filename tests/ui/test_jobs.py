@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import serving
 from tests.ui import scenes
 from tests.ui.conftest import TOKEN, ui_settings

@@ -14,7 +14,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api.ui.live import Event, LiveFeed
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.plans.pipeline import ingest
 from tests.ui.conftest import ui_settings
 from tests.ui.server import UiServer, sse

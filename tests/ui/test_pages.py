@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.plans.sim import SimServer
+from pgenough.sim.server import SimServer
 from tests.api.helpers import serving
 from tests.ui import scenes
 from tests.ui.conftest import ui_settings

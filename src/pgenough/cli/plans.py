@@ -31,7 +31,7 @@ from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
 from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
 from pgenough.core import Worker, WorkerStats, queue_stats
 from pgenough.core.statements import AsyncConn
-from pgenough.plans.defaults import RUN_STATUSES
+from pgenough.plans.runs import RunStatus
 from pgenough.settings import MAX_CONCURRENCY, Settings
 
 if TYPE_CHECKING:
@@ -100,7 +100,9 @@ def worker_fetch(
             if once:
                 results = await _fetch_once(pool, providers, owner, config, stop)
                 _print_runs(results)
-                return 1 if any(r is not None and r.status == "FAILED" for r in results) else 0
+                return (
+                    1 if any(r is not None and r.status == RunStatus.FAILED for r in results) else 0
+                )
             await fetch_loop(
                 pool, providers, interval or settings.fetch_interval, stop, config, owner=owner
             )
@@ -227,7 +229,7 @@ def runs_cmd(
     failed: Annotated[bool, typer.Option("--failed", help="Only failed runs.")] = False,
     status: Annotated[
         str | None,
-        typer.Option(help=f"Only runs in this status ({', '.join(RUN_STATUSES)})."),
+        typer.Option(help=f"Only runs in this status ({RunStatus.choices()})."),
     ] = None,
     provider: Annotated[str | None, typer.Option(help="Only this provider's runs.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many runs.")] = 50,
@@ -238,12 +240,12 @@ def runs_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Runs, newest first."""
-    if status is not None and status.upper() not in RUN_STATUSES:
-        _fail(f"--status must be one of {', '.join(RUN_STATUSES)}", code=2)
+    if status is not None and RunStatus.lookup(status) is None:
+        _fail(f"--status must be one of {RunStatus.choices()}", code=2)
     if failed:
-        if status is not None and status.upper() != "FAILED":
+        if status is not None and RunStatus.lookup(status) != RunStatus.FAILED:
             _fail("--failed and --status disagree: give one of them", code=2)
-        status = "FAILED"
+        status = RunStatus.FAILED
     with _needs_service():
         from pgenough.plans import inspect
     runs = _inspect(

@@ -40,7 +40,7 @@ def _snapshot_plans(value: int) -> int:
     """``--plans`` within what the simulator generates (its module is imported only here:
     the other commands never need it)."""
     with _needs_service():
-        from pgenough.plans.sim import MAX_PLANS
+        from pgenough.sim.server import MAX_PLANS
 
     if not 1 <= value <= MAX_PLANS:
         raise typer.BadParameter(f"{value} is not in the range 1 to {MAX_PLANS:,}")
@@ -140,7 +140,7 @@ def provider_sim(
 ) -> None:
     """Serve generated planList snapshots, with injectable faults (see docs)."""
     with _needs_service():
-        from pgenough.plans import sim  # imported here: the other commands never need it
+        from pgenough.sim import server as sim  # imported here: the other commands never need it
 
     settings = _settings()
     _setup_logging(settings)

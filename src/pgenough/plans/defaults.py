@@ -1,6 +1,6 @@
 """What the settings and the command line know of the plan service before loading it: the
-defaults they offer and the statuses a run can be in (the API's defaults are in
-``api/defaults.py``).
+defaults they offer (the statuses a run can be in are ``plans.runs.RunStatus``, as light;
+the API's defaults are in ``api/defaults.py``).
 
 Nothing here imports the service's dependencies (httpx, lxml), so ``pgenough.settings`` and
 ``pgenough --help`` load in an installation without the ``service`` extra. The modules that
@@ -13,15 +13,14 @@ from typing import Final
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_READ_TIMEOUT: Final = 30.0
-DEFAULT_MAX_ATTEMPTS: Final = 4
+DEFAULT_FETCH_ATTEMPTS: Final = 4
+"""HTTP attempts of one fetch (a job's attempts are the core's ``DEFAULT_MAX_ATTEMPTS``)."""
 DEFAULT_LOW_SPEED_LIMIT: Final = 1024.0
 """Bytes per second: an attempt slower than this over ``DEFAULT_LOW_SPEED_TIME`` fails."""
 DEFAULT_LOW_SPEED_TIME: Final = 30.0
 DEFAULT_MAX_REDIRECTS: Final = 10
 DEFAULT_DEADLINE: Final = 900.0
 """Seconds a run may take from opening to sealing, retries and waits included."""
-
-RUN_STATUSES: Final = ("RUNNING", "STAGED", "PROCESSED", "FAILED")
 
 DEFAULT_PACING_MAX_PAUSE: Final = 0.25
 """Seconds a fetch or process worker pauses between chunks at full read pressure (0: never)."""

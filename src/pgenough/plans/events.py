@@ -13,12 +13,13 @@ from typing import Any
 import psycopg
 
 from pgenough.core import publish
+from pgenough.plans.runs import RunStatus
 
 RUN_CHANGED = "run_changed"
 
 
 async def run_changed(
-    conn: psycopg.AsyncConnection[Any], run_id: int, provider: str, status: str
+    conn: psycopg.AsyncConnection[Any], run_id: int, provider: str, status: RunStatus
 ) -> None:
     await publish(
         conn,

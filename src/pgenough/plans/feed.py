@@ -88,44 +88,42 @@ Hardening
   an ampersand.)
 - Nesting depth: an element deeper than ``MAX_DEPTH`` (64) elements, counted inside ignored
   subtrees too, fails the document (``document nested deeper than 64 elements``) from the
-  target's ``start`` callback, so libxml2 never grows its element stack past that (10 million
-  nested elements otherwise cost it some 350 MB).
-- Attributes per element: libxml2 builds every attribute of a start tag, and lxml a dict of
-  them, before the target sees the element (about 200 bytes each: a 10 MB start tag of short
-  attributes costs 250 MB). So ``FeedParser.feed`` counts ``=`` bytes between ``<`` bytes in
-  the raw input before libxml2 does (``<`` cannot occur inside a start tag, ``=`` occurs once
-  per attribute) and fails the document past ``MAX_MARKUP_EQUALS`` (10,000): ``more than
-  10000 '=' between two '<' (an element with too many attributes?)``. Text, comments or values
-  with that many ``=`` fail the same way. The count is of bytes, so it holds for UTF-8 (the
-  feed's encoding) and other encodings where those two bytes only ever mean ``<`` and ``=``;
-  for UTF-16 or ISO-2022 input, where they can be part of other characters, the gap bound
-  below is the only one: a start tag of at most 1 MiB (about 60,000 short attributes in
-  UTF-16, measured at 11 MB).
-- Gap between two start tags (``MAX_GAP_BYTES``, 1 MiB), bounded while reading: libxml2's
-  push parser reads a start tag, end tag, comment, processing instruction, CDATA section or
-  entity reference only once it holds all of it, and until then keeps every byte of it in a
-  buffer that doubles as it grows; its 10 MB limits are checked only then. So one unfinished
-  400 MB attribute value took the fetch worker from 78 MiB to 840 MiB, gzip-compressed or
-  not, before it failed. ``FeedParser`` therefore hands libxml2 its input in spans of 64 KiB
-  (``_GUARD_SPAN``) and counts the bytes fed since the span in which libxml2 last read a
-  start tag (the mapper counts its ``start`` callbacks); past ``MAX_GAP_BYTES`` the document
-  fails: ``more than 1048576 bytes without a new element (a start tag, attribute value,
-  comment or text that long?); the last markup began '<base_plan base_plan_id="1" ...'``.
-  Whatever libxml2 was holding, it then holds at most 1 MiB and two spans (a few MiB with its
-  buffer's doubling), compressed bodies alike (they reach the parser decoded, in pieces).
-  Text is not buffered by libxml2 (and is dropped: the target takes no text), but a text
-  run that long fails the same way; the feed has none. The bound counts bytes without
-  looking at them, so it holds in any encoding. It is checked per span: a gap (from the end
-  of one start tag to the end of the next) of at most 1 MiB always passes, one over 1 MiB
-  and two spans (128 KiB) always fails, and in between it depends on where the input is
-  cut. Why 1 MiB: the longest start tag a valid planList needs is a base_plan's, and its
-  fields are small (a title of at most 1,024 characters is at most 4 KiB of UTF-8, or
-  10 KiB written as character references; ids at most 64): even 64 title-sized attributes
-  are 640 KiB. 1 MiB leaves room for attributes we do not read and is ten times below
-  libxml2's own limits. Such a document fails its run rather than skipping a plan: a
-  streaming parser cannot skip a start tag it has not finished reading (where it ends is
-  not known yet), and buffering it to find out is the cost being bounded. A value under the
-  bound but over its field's size (below) still skips only its plans.
+  target's ``start`` callback, so libxml2 never grows its element stack past that (deep
+  nesting would otherwise grow it without bound).
+- Attributes per element: libxml2 builds every attribute of a start tag, and lxml a dict of them,
+  before the target sees the element (some 200 bytes each: a start tag of short attributes costs
+  many times its size). So ``FeedParser.feed`` counts ``=`` bytes between ``<`` bytes in the raw
+  input before libxml2 does (``<`` cannot occur inside a start tag, ``=`` occurs once per
+  attribute) and fails the document past ``MAX_MARKUP_EQUALS`` (10,000): ``more than 10000 '='
+  between two '<' (an element with too many attributes?)``. Text, comments or values with that
+  many ``=`` fail the same way. The count is of bytes, so it holds for UTF-8 (the feed's encoding)
+  and other encodings where those two bytes only ever mean ``<`` and ``=``; for UTF-16 or ISO-2022
+  input, where they can be part of other characters, the gap bound below is the only one: a start
+  tag of at most 1 MiB (about 60,000 short attributes in UTF-16).
+- Gap between two start tags (``MAX_GAP_BYTES``, 1 MiB), bounded while reading: libxml2's push
+  parser reads a start tag, end tag, comment, processing instruction, CDATA section or entity
+  reference only once it holds all of it, and until then keeps every byte of it in a buffer that
+  doubles as it grows; its 10 MB limits are checked only then. So one unfinished huge attribute
+  value grew the fetch worker by its whole size, gzip-compressed or not, before it failed (the
+  figures: tests/plans/test_feed_memory.py). ``FeedParser`` therefore hands libxml2 its input in
+  spans of 64 KiB (``_GUARD_SPAN``) and counts the bytes fed since the span in which libxml2 last
+  read a start tag (the mapper counts its ``start`` callbacks); past ``MAX_GAP_BYTES`` the
+  document fails: ``more than 1048576 bytes without a new element (a start tag, attribute value,
+  comment or text that long?); the last markup began '<base_plan base_plan_id="1" ...'``. Whatever
+  libxml2 was holding, it then holds at most 1 MiB and two spans (a few MiB with its buffer's
+  doubling), compressed bodies alike (they reach the parser decoded, in pieces). Text is not
+  buffered by libxml2 (and is dropped: the target takes no text), but a text run that long fails
+  the same way; the feed has none. The bound counts bytes without looking at them, so it holds in
+  any encoding. It is checked per span: a gap (from the end of one start tag to the end of the
+  next) of at most 1 MiB always passes, one over 1 MiB and two spans (128 KiB) always fails, and
+  in between it depends on where the input is cut. Why 1 MiB: the longest start tag a valid
+  planList needs is a base_plan's, and its fields are small (a title of at most 1,024 characters
+  is at most 4 KiB of UTF-8, or 10 KiB written as character references; ids at most 64): even 64
+  title-sized attributes are 640 KiB. 1 MiB leaves room for attributes we do not read and is ten
+  times below libxml2's own limits. Such a document fails its run rather than skipping a plan: a
+  streaming parser cannot skip a start tag it has not finished reading (where it ends is not known
+  yet), and buffering it to find out is the cost being bounded. A value under the bound but over
+  its field's size (below) still skips only its plans.
 - Field sizes: ids are at most ``MAX_ID_LENGTH`` and titles ``MAX_TITLE_LENGTH`` characters;
   a longer one skips its plans (above), so no oversized value is staged, stored or served.
 - An undefined entity reference is a well-formedness error, hence a ``FeedError``.
@@ -158,7 +156,8 @@ MAX_SKIP_SAMPLES: Final = 20
 """How many skips ``FeedParser.skip_samples`` keeps (all of them are counted)."""
 
 DEFAULT_CHUNK_SIZE: Final = 64 * 1024
-"""The chunk size ``parse_bytes`` feeds; a good size for the HTTP body stream too."""
+"""Bytes handed to the parser at once (and guarded, ``_GUARD_SPAN``); the simulator streams
+its body in chunks of this size too."""
 
 # The bounds of a document and of its fields (see "Hardening" above). Other modules and the
 # docs take them from here.
@@ -305,7 +304,7 @@ def _parse_datetime(value: str) -> datetime | None:
     try:
         if len(value) == 19 and value[4::3] == "--T::":
             # The feed's own format, the hot path: fromisoformat checks the digits (ASCII
-            # only) and the calendar, "Z" makes it UTC (datetime.replace costs 10 times more).
+            # only) and the calendar, "Z" makes it UTC (datetime.replace costs many times more).
             return datetime.fromisoformat(value + "Z")
         if _DATETIME.fullmatch(value) is None:
             return None
@@ -811,14 +810,3 @@ def _syntax_reason(exc: etree.LxmlError) -> str:
         message = " ".join(error.message.split())
         return f"XML syntax error at line {error.line}, column {error.column}: {message[:200]}"
     return f"XML syntax error: {' '.join(str(exc).split())[:200]}"
-
-
-def parse_bytes(data: bytes) -> tuple[list[PlanRecord], FeedParser]:
-    """Parse a whole document held in memory (tests, benchmarks): its records and the spent
-    parser, for its counters. Raises ``FeedError`` like ``FeedParser``."""
-    parser = FeedParser()
-    records: list[PlanRecord] = []
-    for offset in range(0, len(data), DEFAULT_CHUNK_SIZE):
-        records += parser.feed(data[offset : offset + DEFAULT_CHUNK_SIZE])
-    records += parser.close()
-    return records, parser

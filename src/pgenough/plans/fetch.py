@@ -39,7 +39,6 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
-    PLAN_EACH_TIME,
     DatabaseError,
     LockNotAcquired,
     NewJob,
@@ -47,10 +46,9 @@ from pgenough.core import (
     advisory_lock,
     bind_log_context,
     log_context,
-    named_queries,
 )
 from pgenough.core.errors import first_line
-from pgenough.plans import metrics, store
+from pgenough.plans import metrics, runs, store
 from pgenough.plans.defaults import DEFAULT_DEADLINE
 from pgenough.plans.errors import FeedError, ProviderError, RunLost
 from pgenough.plans.events import run_changed
@@ -59,9 +57,9 @@ from pgenough.plans.pacing import DEFAULT_PACING, Pacer, PacingConfig
 from pgenough.plans.process import DEFAULT_STALE_AFTER, apply_chunk
 from pgenough.plans.provider import Attempt, ProviderConfig
 from pgenough.plans.provider import fetch as provider_fetch
+from pgenough.plans.runs import RunStatus
 
 log = logging.getLogger(__name__)
-_Q = named_queries("pgenough.plans", "runs")
 T = TypeVar("T")
 
 DEFAULT_COPY_BATCH = 5000
@@ -99,7 +97,7 @@ class FetchConfig:
 class RunResult:
     run_id: int
     provider: str
-    status: str
+    status: RunStatus
     """STAGED, PROCESSED (an empty snapshot) or FAILED."""
     reason: str | None
     plans_staged: int
@@ -196,16 +194,13 @@ async def fetch_provider(
 
 async def _fail_orphans(conn: psycopg.AsyncConnection[Any], provider: str) -> None:
     async with conn.transaction():
-        cur = await conn.execute(
-            _Q["fail_orphaned_runs"], {"provider": provider}, prepare=PLAN_EACH_TIME
-        )
-        orphans = [(int(r[0]), str(r[1])) for r in await cur.fetchall()]
-        for orphan, _ in orphans:
-            await store.drop_staging(conn, orphan)
-            await run_changed(conn, orphan, provider, "FAILED")
-    for orphan, reason in orphans:
+        orphans = await runs.fail_orphaned_runs(conn, provider)
+        for orphan in orphans:
+            await store.drop_staging(conn, orphan.id)
+            await run_changed(conn, orphan.id, provider, RunStatus.FAILED)
+    for orphan in orphans:
         metrics.record_failed(provider, "orphaned")
-        log.warning("run %d of %s FAILED: %s", orphan, provider, reason)
+        log.warning("run %d of %s FAILED: %s", orphan.id, provider, orphan.reason)
 
 
 class _Fetch:
@@ -278,14 +273,11 @@ class _Fetch:
     async def _open(self) -> None:
         name = self.provider.name
         async with self.conn.transaction():
-            cur = await self.conn.execute(
-                _Q["open_run"], {"provider": name, "url": self.provider.url, "owner": self.owner}
+            run_id = await runs.open_run(
+                self.conn, provider=name, url=self.provider.url, owner=self.owner
             )
-            row = await cur.fetchone()
-            assert row is not None
-            run_id = int(row[0])
             await store.create_staging(self.conn, run_id, name)
-            await run_changed(self.conn, run_id, name, "RUNNING")
+            await run_changed(self.conn, run_id, name, RunStatus.RUNNING)
         self.run_id = run_id
         self.writer = store.StagingWriter(run_id)
         bind_log_context(run_id=run_id)
@@ -342,19 +334,15 @@ class _Fetch:
         if not force and time.monotonic() - self.last_beat < self.config.heartbeat:
             return
         self.last_beat = time.monotonic()
-        cur = await self.conn.execute(
-            _Q["heartbeat_run"],
-            {
-                "id": self.run_id,
-                "bytes": self.progress.bytes,
-                "staged": self.progress.staged,
-                "skipped": self.parser.skipped,
-                "phase": self.phase,
-            },
-            prepare=PLAN_EACH_TIME,
-        )
-        if await cur.fetchone() is None:
-            assert self.run_id is not None
+        assert self.run_id is not None
+        if not await runs.heartbeat(
+            self.conn,
+            self.run_id,
+            bytes=self.progress.bytes,
+            staged=self.progress.staged,
+            skipped=self.parser.skipped,
+            phase=self.phase,
+        ):
             raise RunLost(self.run_id)
 
     async def _set_phase(self, phase: str) -> None:
@@ -379,20 +367,18 @@ class _Fetch:
         self.progress.bytes = self.progress.staged = self.progress.skipped = 0
 
     async def _record(self, attempt: Attempt) -> None:
-        await self.conn.execute(
-            _Q["record_attempt"],
-            {"id": self.run_id, "attempt": json.dumps(attempt.as_json())},
-            prepare=PLAN_EACH_TIME,
-        )
+        assert self.run_id is not None
+        await runs.record_attempt(self.conn, self.run_id, attempt.as_json())
 
     async def _still_running(self) -> bool:
-        cur = await self.conn.execute(_Q["get_run"], {"id": self.run_id}, prepare=PLAN_EACH_TIME)
-        row = await cur.fetchone()
-        return row is not None and row[3] == "RUNNING"
+        if self.run_id is None:
+            return False
+        run = await runs.get_run(self.conn, self.run_id)
+        return run is not None and run.status == RunStatus.RUNNING
 
     # -- how it ends ------------------------------------------------------------------------
 
-    def _result(self, status: str, reason: str | None) -> RunResult:
+    def _result(self, status: RunStatus, reason: str | None) -> RunResult:
         assert self.run_id is not None
         return RunResult(
             self.run_id,
@@ -408,7 +394,7 @@ class _Fetch:
     def _lost(self, exc: RunLost) -> RunResult:
         # The reaper counted the failure; this fetch only stops.
         log.error("run %d (%s): %s", exc.run_id, self.provider.name, exc)
-        return self._result("FAILED", str(exc))
+        return self._result(RunStatus.FAILED, str(exc))
 
     async def _fail(self, reason: str, kind: metrics.FailureReason) -> RunResult:
         """Mark the run FAILED with ``reason`` and drop its staging, on the run's own
@@ -435,25 +421,22 @@ class _Fetch:
         # A stop was asked for: worth a line, not an alarm.
         level = logging.WARNING if kind == "stopped" else logging.ERROR
         log.log(level, "run %d (%s) FAILED: %s", self.run_id, self.provider.name, reason)
-        return self._result("FAILED", reason)
+        return self._result(RunStatus.FAILED, reason)
 
     async def _record_failure(self, conn: psycopg.AsyncConnection[Any], reason: str) -> None:
         assert self.run_id is not None
         async with conn.transaction():
-            await conn.execute(
-                _Q["fail_run"],
-                {
-                    "id": self.run_id,
-                    "reason": reason,
-                    "bytes": self.progress.bytes,
-                    "staged": self.progress.staged,
-                    "skipped": self.parser.skipped,
-                    "samples": _samples(self.parser),
-                },
-                prepare=PLAN_EACH_TIME,
+            await runs.fail_run(
+                conn,
+                self.run_id,
+                reason=reason,
+                bytes=self.progress.bytes,
+                staged=self.progress.staged,
+                skipped=self.parser.skipped,
+                samples=_samples(self.parser),
             )
             await store.drop_staging(conn, self.run_id)
-            await run_changed(conn, self.run_id, self.provider.name, "FAILED")
+            await run_changed(conn, self.run_id, self.provider.name, RunStatus.FAILED)
 
     async def _seal(self) -> RunResult:
         conn, run_id, provider = self.conn, self.run_id, self.provider.name
@@ -463,27 +446,24 @@ class _Fetch:
         await store.analyze_staging(conn, run_id)
         chunks = await store.chunk_ranges(conn, run_id, self.config.chunk_pages)
         async with conn.transaction():
-            await conn.execute(
-                _Q["seal_run"],
-                {
-                    "id": run_id,
-                    "bytes": progress.bytes,
-                    "variant": parser.variant,
-                    "staged": progress.staged,
-                    "skipped": parser.skipped,
-                    "duplicates": duplicates,
-                    "samples": _samples(parser),
-                    "chunks": len(chunks),
-                },
-                prepare=PLAN_EACH_TIME,
+            await runs.seal_run(
+                conn,
+                run_id,
+                bytes=progress.bytes,
+                variant=parser.variant,
+                staged=progress.staged,
+                skipped=parser.skipped,
+                duplicates=duplicates,
+                samples=_samples(parser),
+                chunks=len(chunks),
             )
             if chunks:
                 await apply_chunk.enqueue_many(conn, chunk_jobs(run_id, chunks))
-                status = "STAGED"
+                status = RunStatus.STAGED
             else:
-                await conn.execute(_Q["mark_processed"], {"id": run_id}, prepare=PLAN_EACH_TIME)
+                await runs.mark_processed(conn, run_id)
                 await store.drop_staging(conn, run_id)
-                status = "PROCESSED"
+                status = RunStatus.PROCESSED
             await run_changed(conn, run_id, provider, status)
         metrics.record_sealed(provider, status, progress.staged, parser.skipped, duplicates)
         log.info(

@@ -17,12 +17,12 @@ from typing import Final, Literal, TypeAlias
 from prometheus_client import Counter, Gauge, Histogram
 
 from pgenough.plans.errors import FeedError, ProviderError, ProviderFailure
+from pgenough.plans.runs import RunStatus
 
 Outcome = Literal["staged", "processed_empty", "failed", "skipped_locked"]
 FailureReason: TypeAlias = (
     ProviderFailure | Literal["feed", "database", "stopped", "internal", "orphaned", "stale"]
 )
-OUTCOMES: Final[tuple[Outcome, ...]] = ("staged", "processed_empty", "failed", "skipped_locked")
 _OF_OTHERS: Final = frozenset({"orphaned", "stale"})
 """Reasons recorded for a run by someone other than its own fetch (it is no fetch outcome)."""
 
@@ -90,8 +90,10 @@ def failure_reason(exc: Exception) -> FailureReason:
     return "internal"
 
 
-def record_sealed(provider: str, status: str, staged: int, skipped: int, duplicates: int) -> None:
-    FETCHES.labels(provider, "staged" if status == "STAGED" else "processed_empty").inc()
+def record_sealed(
+    provider: str, status: RunStatus, staged: int, skipped: int, duplicates: int
+) -> None:
+    FETCHES.labels(provider, "staged" if status == RunStatus.STAGED else "processed_empty").inc()
     PLANS_STAGED.labels(provider).inc(staged)
     PLANS_SKIPPED.labels(provider).inc(skipped)
     PLANS_DUPLICATES.labels(provider).inc(duplicates)

@@ -15,23 +15,21 @@ import logging
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
-    PLAN_EACH_TIME,
     App,
     TaskContext,
     Worker,
     WorkerConfig,
     bind_log_context,
     complete,
-    named_queries,
 )
 from pgenough.core import publish as publish_message
 from pgenough.core.statements import AsyncConn
-from pgenough.plans import metrics, store
+from pgenough.plans import metrics, runs, store
 from pgenough.plans.events import run_changed
 from pgenough.plans.pacing import DEFAULT_PACING, Pacer, PacingConfig
+from pgenough.plans.runs import RunStatus
 
 log = logging.getLogger(__name__)
-_Q = named_queries("pgenough.plans", "runs")
 
 PLANS_QUEUE = "plans"
 CHUNK_KIND = "apply_chunk"
@@ -60,25 +58,18 @@ async def apply_chunk(ctx: TaskContext, run_id: int, lo: str, hi: str) -> None:
 
 async def _apply(ctx: TaskContext, conn: AsyncConn, run_id: int, lo: str, hi: str) -> None:
     async with conn.transaction():
-        cur = await conn.execute(_Q["get_run"], {"id": run_id}, prepare=PLAN_EACH_TIME)
-        run = await cur.fetchone()
-        if run is None or run[3] != "STAGED":
+        run = await runs.get_run(conn, run_id)
+        if run is None or run.status != RunStatus.STAGED:
             # The run was failed or finished by someone else: nothing to apply.
-            log.warning("chunk of run %d skipped: run is %s", run_id, run[3] if run else "gone")
+            log.warning("chunk of run %d skipped: run is %s", run_id, run.status if run else "gone")
             await complete(conn, ctx.job)
             return
-        provider, started_at = run[1], run[5]
+        provider = run.provider
         bind_log_context(provider=provider)
         result = await store.apply_chunk(
-            conn, run_id=run_id, provider=provider, snapshot_at=started_at, lo=lo, hi=hi
+            conn, run_id=run_id, provider=provider, snapshot_at=run.started_at, lo=lo, hi=hi
         )
-        cur = await conn.execute(
-            _Q["chunk_done"],
-            {"id": run_id, "written": result.written, "failed": result.failed},
-            prepare=PLAN_EACH_TIME,
-        )
-        done = await cur.fetchone()
-        if done is not None and done[0]:
+        if await runs.chunk_done(conn, run_id, written=result.written, failed=result.failed):
             await _finish_run(conn, run_id, provider)
         await complete(conn, ctx.job)
     # Counted once committed: a chunk whose transaction rolled back will be applied again.
@@ -99,16 +90,13 @@ async def reap_stale_runs(ctx: TaskContext, stale_after: float = DEFAULT_STALE_A
 async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AFTER) -> list[int]:
     """The reaper: fail RUNNING runs whose worker stopped heartbeating; drop their staging."""
     async with conn.transaction():
-        cur = await conn.execute(
-            _Q["fail_stale_runs"], {"stale_after": stale_after}, prepare=PLAN_EACH_TIME
-        )
-        rows = await cur.fetchall()
-        failed = [int(run_id) for run_id, _ in rows]
-        for run_id, provider in rows:
-            await store.drop_staging(conn, run_id)
-            await run_changed(conn, run_id, provider, "FAILED")
-    for _, provider in rows:
-        metrics.record_failed(provider, "stale")
+        stale = await runs.fail_stale_runs(conn, stale_after)
+        failed = [run.id for run in stale]
+        for run in stale:
+            await store.drop_staging(conn, run.id)
+            await run_changed(conn, run.id, run.provider, RunStatus.FAILED)
+    for run in stale:
+        metrics.record_failed(run.provider, "stale")
     if failed:
         log.warning(
             "failed %d run(s) whose fetch worker stopped heartbeating: %s", len(failed), failed
@@ -117,11 +105,10 @@ async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AF
 
 
 async def _finish_run(conn: AsyncConn, run_id: int, provider: str) -> None:
-    cur = await conn.execute(_Q["mark_processed"], {"id": run_id}, prepare=PLAN_EACH_TIME)
-    row = await cur.fetchone()
+    processed = await runs.mark_processed(conn, run_id)
     await store.drop_staging(conn, run_id)
-    await run_changed(conn, run_id, provider, "PROCESSED")
-    written, failed = row or (0, 0)
+    await run_changed(conn, run_id, provider, RunStatus.PROCESSED)
+    written, failed = (processed.plans_written, processed.rows_failed) if processed else (0, 0)
     await publish_message(
         conn,
         PLANS_CHANGED,

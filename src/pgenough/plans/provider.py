@@ -23,6 +23,7 @@ not decode is not retried (the same bytes would come back).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import time
@@ -38,9 +39,9 @@ import httpx
 from pgenough.core import Backoff
 from pgenough.plans.defaults import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FETCH_ATTEMPTS,
     DEFAULT_LOW_SPEED_LIMIT,
     DEFAULT_LOW_SPEED_TIME,
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_REDIRECTS,
     DEFAULT_READ_TIMEOUT,
 )
@@ -81,7 +82,7 @@ class ProviderConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     read_timeout: float = DEFAULT_READ_TIMEOUT
     """Longest silence between two reads of the body."""
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_FETCH_ATTEMPTS
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=30.0))
     max_retry_after: float = DEFAULT_MAX_RETRY_AFTER
     """A longer Retry-After fails the run (the next scheduled fetch tries again)."""
@@ -292,73 +293,26 @@ async def fetch(
     ``on_phase`` hears what the fetch is doing ("streaming the body (attempt 2 of 4)").
     """
     rng = rng or random.Random()
-    of = config.max_attempts
 
     async def phase(text: str) -> None:
         if on_phase is not None:
             await on_phase(text)
 
-    for number in range(1, of + 1):
-        attempt = _AttemptLog(number, on_attempt)
+    for number in range(1, config.max_attempts + 1):
+        attempt = _AttemptLog(number, config.max_attempts, on_attempt)
         try:
-            await phase(f"connecting (attempt {number} of {of})")
-            try:
-                resp = await _open(client, config, attempt)
-                try:
-                    if resp.status_code != 200:
-                        # The error page is not read: a hostile one could be huge or slow.
-                        raise _status_outcome(resp, attempt.at)
-                    decoder = BodyDecoder(resp.headers.get("content-encoding"))
-                    await phase(f"streaming the body (attempt {number} of {of})")
-                    body = attempt.body(
-                        resp, decoder, LowSpeed(config.low_speed_limit, config.low_speed_time)
-                    )
-                    try:
-                        result = await consume(body)
-                    except (httpx.HTTPError, _Retry, ProviderError):
-                        raise
-                    except Exception as exc:
-                        # The body arrived but could not be used (e.g. invalid XML): that
-                        # attempt is over and on the record; the caller decides the rest.
-                        await attempt.report(200, str(exc))
-                        raise
-                finally:
-                    await resp.aclose()
-            except httpx.TimeoutException as exc:
-                raise _Retry(f"timeout ({type(exc).__name__})", None, None) from exc
-            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-                url = str(attempt.url)
-                raise ProviderError(f"invalid provider URL {url!r}: {exc}", kind="url") from exc
-            except httpx.TransportError as exc:
-                detail = str(exc) or type(exc).__name__
-                raise _Retry(f"transport error: {detail}", None, None) from exc
-            except httpx.HTTPError as exc:  # not a transport fault: retrying will not help
-                raise ProviderError(f"{type(exc).__name__}: {exc}", kind="transport") from exc
+            result = await _one_attempt(client, config, consume, attempt, phase)
         except _Retry as retry:
-            last = number == of
-            delay: float | None = None
-            reason = retry.error
-            if not last:
-                delay = (
-                    retry.retry_after
-                    if retry.retry_after is not None
-                    else config.backoff.delay(number, rng)
-                )
-                if delay > config.max_retry_after:
-                    reason = f"{reason}; Retry-After {delay:g}s exceeds {config.max_retry_after:g}s"
-                    last, delay = True, None
+            delay, reason = _retry_delay(config, retry, number, rng)
             await attempt.report(retry.status, retry.error, delay)
-            if last:
+            if delay is None:
                 raise ProviderError(
-                    f"provider {config.name}: {reason} (attempt {number} of {of})",
+                    f"provider {config.name}: {reason} ({attempt.ordinal})",
                     status=retry.status,
                     kind="provider" if retry.status is not None else "transport",
                 ) from retry
             await restart()
-            assert delay is not None
-            await phase(
-                f"waiting {delay:.3g} s to retry after {retry.error} (attempt {number} of {of})"
-            )
+            await phase(f"waiting {delay:.3g} s to retry after {retry.error} ({attempt.ordinal})")
             await sleep(delay)
             continue
         except ProviderError as exc:
@@ -371,11 +325,92 @@ async def fetch(
     raise AssertionError("unreachable")
 
 
+async def _one_attempt(
+    client: httpx.AsyncClient,
+    config: ProviderConfig,
+    consume: Callable[[AsyncIterator[bytes]], Awaitable[T]],
+    attempt: _AttemptLog,
+    phase: Callable[[str], Awaitable[None]],
+) -> T:
+    """One attempt: connect (following redirects), check the status, stream the body into
+    ``consume``. Raises ``_Retry`` for what another attempt may fix, ``ProviderError`` for what
+    it will not; the caller reports the attempt (but a body ``consume`` could not use is
+    reported here, by ``_consume``)."""
+    await phase(f"connecting ({attempt.ordinal})")
+    with _transport_faults(attempt):
+        resp = await _open(client, config, attempt)
+        try:
+            if resp.status_code != 200:
+                # The error page is not read: a hostile one could be huge or slow.
+                raise _status_outcome(resp, attempt.at)
+            decoder = BodyDecoder(resp.headers.get("content-encoding"))
+            await phase(f"streaming the body ({attempt.ordinal})")
+            floor = LowSpeed(config.low_speed_limit, config.low_speed_time)
+            return await _consume(consume, attempt.body(resp, decoder, floor), attempt)
+        finally:
+            await resp.aclose()
+
+
+async def _consume(
+    consume: Callable[[AsyncIterator[bytes]], Awaitable[T]],
+    body: AsyncIterator[bytes],
+    attempt: _AttemptLog,
+) -> T:
+    """``consume(body)``; a body that arrived but could not be used (e.g. invalid XML) ends
+    the attempt, on the record, and the caller of ``fetch`` decides the rest."""
+    try:
+        return await consume(body)
+    except (httpx.HTTPError, _Retry, ProviderError):
+        raise
+    except Exception as exc:
+        await attempt.report(200, str(exc))
+        raise
+
+
+@contextlib.contextmanager
+def _transport_faults(attempt: _AttemptLog) -> Iterator[None]:
+    """httpx's errors as the fetch sees them: a timeout or a transport fault may pass on the
+    next attempt (``_Retry``); a bad URL or any other HTTP error will not (``ProviderError``)."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise _Retry(f"timeout ({type(exc).__name__})", None, None) from exc
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        url = str(attempt.url)
+        raise ProviderError(f"invalid provider URL {url!r}: {exc}", kind="url") from exc
+    except httpx.TransportError as exc:
+        detail = str(exc) or type(exc).__name__
+        raise _Retry(f"transport error: {detail}", None, None) from exc
+    except httpx.HTTPError as exc:  # not a transport fault: retrying will not help
+        raise ProviderError(f"{type(exc).__name__}: {exc}", kind="transport") from exc
+
+
+def _retry_delay(
+    config: ProviderConfig, retry: _Retry, number: int, rng: random.Random
+) -> tuple[float | None, str]:
+    """Seconds to wait before attempt ``number + 1``, or None to give up; and the reason to
+    give up with. The provider's ``Retry-After`` if it sent one, else the backoff's; past
+    ``max_retry_after`` it is not waited for."""
+    if number == config.max_attempts:
+        return None, retry.error
+    if retry.retry_after is not None:
+        delay = retry.retry_after
+    else:
+        delay = config.backoff.delay(number, rng)
+    if delay > config.max_retry_after:
+        return None, f"{retry.error}; Retry-After {delay:g}s exceeds {config.max_retry_after:g}s"
+    return delay, retry.error
+
+
 class _AttemptLog:
     """Times one attempt, counts its bytes, follows its redirects, and reports it once over."""
 
-    def __init__(self, number: int, on_attempt: Callable[[Attempt], Awaitable[None]]) -> None:
+    def __init__(
+        self, number: int, of: int, on_attempt: Callable[[Attempt], Awaitable[None]]
+    ) -> None:
         self.number = number
+        self.ordinal = f"attempt {number} of {of}"
+        """For messages: "attempt 2 of 4"."""
         self.on_attempt = on_attempt
         self.started = time.monotonic()
         self.at = datetime.now(UTC)

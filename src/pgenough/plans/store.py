@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +26,6 @@ from psycopg import sql
 
 from pgenough.core import PLAN_EACH_TIME, MigrationSet, named_queries
 from pgenough.core.statements import AsyncConn
-from pgenough.plans.feed import PlanRecord
 
 log = logging.getLogger(__name__)
 _Q = named_queries("pgenough.plans", "store")
@@ -106,39 +105,13 @@ class StagingWriter:
         self.seq += len(lines)
         return len(lines)
 
-    async def write(self, conn: AsyncConn, records: Iterable[PlanRecord]) -> int:
-        """COPY ``records`` (in one statement, committed with the connection's transaction)."""
-        n = 0
-        async with conn.cursor().copy(_q("copy_staging", self.run_id)) as copy:
-            for r in records:
-                await copy.write_row(
-                    (
-                        self.seq,
-                        r.base_plan_id,
-                        r.plan_id,
-                        r.title,
-                        r.sell_mode,
-                        r.organizer_company_id,
-                        r.starts_at,
-                        r.ends_at,
-                        r.sell_from,
-                        r.sell_to,
-                        r.sold_out,
-                        r.min_price,
-                        r.max_price,
-                    )
-                )
-                self.seq += 1
-                n += 1
-        return n
-
 
 async def chunk_ranges(
     conn: AsyncConn, run_id: int, pages_per_chunk: int = DEFAULT_CHUNK_PAGES
 ) -> list[tuple[str, str]]:
     """Page ranges ``[lo, hi)`` (as TIDs) covering the staging table."""
     cur = await conn.execute(
-        named_queries("pgenough.plans", "runs")["staging_pages"],
+        _Q["staging_pages"],
         {"table": f"pgenough.staging_{run_id}"},
     )
     row = await cur.fetchone()

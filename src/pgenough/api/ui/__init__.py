@@ -26,6 +26,7 @@ from pgenough.api.ui.routes import build_router
 from pgenough.api.ui.sessions import MIGRATIONS
 from pgenough.api.ui.state import UiState, running
 from pgenough.plans import inspect
+from pgenough.plans.runs import RunStatus
 
 HERE: Final = Path(__file__).resolve().parent
 
@@ -44,6 +45,7 @@ def templates() -> Jinja2Templates:
     t.env.filters.update(format.FILTERS)
     # Which run a chunk job belongs to is the plan service's knowledge, not the template's.
     t.env.globals["chunk_run"] = inspect.chunk_run
+    t.env.globals["RunStatus"] = RunStatus
     return t
 
 

@@ -24,7 +24,7 @@ from pgenough.api.ui.state import connection
 from pgenough.core import JOB_STATES, get_job, list_jobs, parse_job_state, queue_stats
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
-from pgenough.plans.defaults import RUN_STATUSES
+from pgenough.plans.runs import RunStatus
 
 KEEPALIVE: Final = 15.0
 RECONNECT_MS: Final = 2000
@@ -67,8 +67,8 @@ async def runs(
     status = params.text("status", status).upper()
     provider = params.text("provider", provider)
     before_id = params.optional_id("before", before, "a run id")
-    if status and status not in RUN_STATUSES:
-        raise params.bad(f"status must be one of {', '.join(RUN_STATUSES)}")
+    if status and RunStatus.lookup(status) is None:
+        raise params.bad(f"status must be one of {RunStatus.choices()}")
     limit = ui.config.runs_page
     async with connection(ui) as conn:
         found = await inspect.list_runs(
@@ -91,7 +91,7 @@ async def runs(
             "status": status,
             "provider": provider,
             "before": "" if before_id is None else str(before_id),
-            "statuses": RUN_STATUSES,
+            "statuses": list(RunStatus),
             "providers": providers,
             "nav": "runs",
         },
@@ -112,7 +112,7 @@ async def run(request: Request, ui: Authed, pages: PagesDep, run_id: int) -> Res
 async def failures(request: Request, ui: Authed, pages: PagesDep) -> Response:
     async with connection(ui) as conn:
         jobs = await inspect.failed_jobs(conn, limit=FAILED_JOBS_SHOWN)
-        runs = await inspect.list_runs(conn, status="FAILED", limit=FAILED_RUNS_SHOWN)
+        runs = await inspect.list_runs(conn, status=RunStatus.FAILED, limit=FAILED_RUNS_SHOWN)
     dead = sum(1 for j in jobs if j.state == "dead")
     return pages.render(
         request,

@@ -1,8 +1,26 @@
+-- Every statement on pgenough.runs, run by plans/runs.py. The SELECT lists of the read
+-- models are written once, here, as the fragments run_summary_columns and run_detail_columns,
+-- and spliced into the statements that read them ({summary}, {detail}); tests/plans/
+-- test_runs.py pins each list to its record's fields.
+
+-- name: run_summary_columns
+-- A run in a list (RunSummary): its counts, and its duration so far.
+id, provider, status::text AS status, started_at,
+coalesce(processed_at, failed_at) AS finished_at,
+extract(epoch FROM coalesce(processed_at, failed_at, now()) - started_at)::float8 AS duration,
+bytes, plans_staged, plans_skipped, plans_duplicate, plans_written, rows_failed,
+chunks_total, chunks_done, reason
+
+-- name: run_detail_columns
+-- What a Run adds to its summary.
+url, owner, heartbeat_at, staged_at, processed_at, failed_at, variant, attempts,
+skip_samples, phase
+
 -- name: open_run
 -- Start a run; its started_at is the snapshot's time for the stale-snapshot guard.
 INSERT INTO pgenough.runs (provider, url, owner)
 VALUES (%(provider)s, %(url)s, %(owner)s)
-RETURNING id, started_at
+RETURNING id
 
 -- name: fail_orphaned_runs
 -- Called while holding the provider's lock: any run of it still RUNNING has lost its owner
@@ -12,7 +30,7 @@ SET status = 'FAILED', failed_at = now(),
     reason = 'fetch worker died or lost its database connection (its provider lock was free)'
              || ' while ' || coalesce(phase, 'opening the run')
 WHERE provider = %(provider)s AND status = 'RUNNING'
-RETURNING id, reason
+RETURNING id, provider, reason
 
 -- name: fail_stale_runs
 -- Runs whose fetch worker stopped heartbeating, whatever the provider.
@@ -21,7 +39,7 @@ SET status = 'FAILED', failed_at = now(),
     reason = 'fetch worker stopped heartbeating at ' || heartbeat_at::text || ' while '
              || coalesce(phase, 'opening the run')
 WHERE status = 'RUNNING' AND heartbeat_at < now() - %(stale_after)s * interval '1 second'
-RETURNING id, provider
+RETURNING id, provider, reason
 
 -- name: heartbeat_run
 -- Progress of a streaming run, what it is doing, and proof its worker is alive.
@@ -57,17 +75,13 @@ SET status = 'FAILED', failed_at = clock_timestamp(), reason = %(reason)s,
 WHERE id = %(id)s AND status = 'RUNNING'
 RETURNING id
 
--- name: staging_pages
--- How many heap pages the run's staging table has (chunks are page ranges).
-SELECT (pg_relation_size(%(table)s::regclass) / current_setting('block_size')::int)::bigint
-
 -- name: chunk_done
 -- Count a processed chunk; returns whether it was the run's last.
 UPDATE pgenough.runs
 SET chunks_done = chunks_done + 1, plans_written = plans_written + %(written)s,
     rows_failed = rows_failed + %(failed)s
 WHERE id = %(id)s AND status = 'STAGED'
-RETURNING chunks_done >= chunks_total, provider, started_at
+RETURNING chunks_done >= chunks_total AS last
 
 -- name: mark_processed
 -- The run's last chunk is in.
@@ -77,9 +91,81 @@ WHERE id = %(id)s AND status = 'STAGED'
 RETURNING plans_written, rows_failed
 
 -- name: get_run
--- One run with everything known about it.
-SELECT id, provider, url, status::text, owner, started_at, heartbeat_at, staged_at,
-       processed_at, failed_at, reason, attempts, bytes, variant, plans_staged, plans_skipped,
-       skip_samples, chunks_total, chunks_done, plans_written, rows_failed, plans_duplicate
+-- One run with everything known about it (Run).
+SELECT {summary}, {detail}
 FROM pgenough.runs
 WHERE id = %(id)s
+
+-- name: list_runs
+-- Runs newest first, optionally of one status and/or provider; keyset-paged by id.
+SELECT {summary}
+FROM pgenough.runs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::pgenough.run_status)
+  AND (%(provider)s::text IS NULL OR provider = %(provider)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: failed_runs_since
+-- Runs that failed in the window, newest first (what `pgenough failures` lists).
+SELECT {summary}
+FROM pgenough.runs
+WHERE status = 'FAILED' AND failed_at > now() - %(window)s * interval '1 second'
+ORDER BY failed_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: count_failed_since
+-- How many runs failed in the window (the overview's count).
+SELECT count(*)
+FROM pgenough.runs
+WHERE status = 'FAILED' AND failed_at > now() - %(window)s * interval '1 second'
+
+-- name: providers
+-- Per provider named (see provider_names): its newest run, when it last succeeded, the
+-- throughput of its newest processed run and its failures in the window; each an index probe.
+SELECT n.provider,
+       last.id AS last_run_id,
+       last.status::text AS last_status,
+       last.started_at AS last_started_at,
+       extract(epoch FROM now() - last.started_at)::float8 AS last_age,
+       last.plans_staged, last.plans_skipped, last.plans_written, last.rows_failed,
+       last.reason AS last_reason,
+       ok.processed_at AS last_success_at,
+       CASE WHEN ok.processed_at > ok.started_at
+            THEN ok.plans_staged / extract(epoch FROM ok.processed_at - ok.started_at)::float8
+       END AS throughput,
+       (SELECT count(*) FROM pgenough.runs f
+        WHERE f.provider = n.provider AND f.status = 'FAILED'
+          AND f.started_at > now() - %(window)s * interval '1 second') AS runs_failed
+FROM unnest(%(names)s::text[]) AS n (provider)
+CROSS JOIN LATERAL (
+    SELECT * FROM pgenough.runs r WHERE r.provider = n.provider
+    ORDER BY r.started_at DESC LIMIT 1
+) last
+LEFT JOIN LATERAL (
+    SELECT * FROM pgenough.runs r WHERE r.provider = n.provider AND r.status = 'PROCESSED'
+    ORDER BY r.started_at DESC LIMIT 1
+) ok ON true
+ORDER BY n.provider
+
+-- name: throughput
+-- Plans processed per minute over the window, from the runs that finished in it (a run's
+-- plans are counted in the minute it finished).
+SELECT date_trunc('minute', processed_at) AS minute, sum(plans_staged)::bigint AS plans
+FROM pgenough.runs
+WHERE status = 'PROCESSED' AND processed_at > now() - %(window)s * interval '1 second'
+GROUP BY 1
+ORDER BY 1
+
+-- name: provider_names
+-- Every provider that has a run, by a loose index scan over runs_provider_idx (one probe per
+-- provider), not by reading every run.
+WITH RECURSIVE names AS (
+    (SELECT provider FROM pgenough.runs ORDER BY provider LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.provider FROM pgenough.runs r
+            WHERE r.provider > names.provider ORDER BY r.provider LIMIT 1)
+    FROM names
+    WHERE names.provider IS NOT NULL
+)
+SELECT provider FROM names WHERE provider IS NOT NULL ORDER BY provider

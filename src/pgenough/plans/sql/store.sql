@@ -177,3 +177,7 @@ WHERE ctid >= %(lo)s::tid AND ctid < %(hi)s::tid AND seq = %(seq)s
 INSERT INTO pgenough.plan_failures (run_id, seq, base_plan_id, plan_id, error)
 VALUES (%(run_id)s, %(seq)s, %(base_plan_id)s, %(plan_id)s, %(error)s)
 ON CONFLICT (run_id, seq) DO UPDATE SET error = EXCLUDED.error, at = now()
+
+-- name: staging_pages
+-- How many heap pages the run's staging table has (chunks are page ranges).
+SELECT (pg_relation_size(%(table)s::regclass) / current_setting('block_size')::int)::bigint

@@ -10,8 +10,8 @@ Endpoints (a Starlette app on uvicorn):
   whatever its fault), ``variant`` (``planList`` or ``eventList``), ``fault`` (below; it takes
   precedence over the fault queue and leaves it untouched), and for hostile documents ``path``
   and ``net_port``. Response headers ``X-Sim-Version``, ``X-Sim-Seed``, ``X-Sim-Plans`` and
-  ``X-Sim-Fault`` say what was served. The document is ``simdata.render_snapshot(seed, version,
-  plans)``; its content is ``simdata.snapshot_plans(seed, version, plans)``.
+  ``X-Sim-Fault`` say what was served. The document is ``data.render_snapshot(seed, version,
+  plans)``; its content is ``data.snapshot_plans(seed, version, plans)``.
 * ``GET /health``: ``{"status": "ok"}``.
 * ``POST /_control/faults`` with ``{"faults": ["503", "ok", ...]}``: replaces the fault queue;
   each snapshot request without ``fault=`` takes the next one, then requests are normal again.
@@ -31,13 +31,13 @@ Faults (``name`` or ``name:argument``):
 * ``reset:F``: the same part of the document, then the TCP connection is aborted with a reset
   (``SO_LINGER`` 0); the client sees a read or protocol error, never a clean end.
 * ``malformed:R``: a share R of the plans are defective in a well-formed document (see
-  ``simdata``; ``snapshot_plans(..., malformed=R)`` names each defect).
+  ``data``; ``snapshot_plans(..., malformed=R)`` names each defect).
 * ``hostile:laughs``, ``hostile:xxe-file[:PATH]``, ``hostile:xxe-net[:PORT]``: a snapshot whose
   DOCTYPE declares an exponential entity, an external entity on ``file://PATH`` (default
   ``/etc/passwd``, or ``?path=``), or external entities on ``http://127.0.0.1:PORT/`` (or
   ``?net_port=``), used in the first base_plan's title.
 
-Evolution (details in ``simdata``): snapshot ``(seed, version, plans)`` is a pure function.
+Evolution (details in ``data``): snapshot ``(seed, version, plans)`` is a pure function.
 From one version to the next, a few percent of the plans vanish and are replaced by new ones
 (always ``plans`` in all), some base_plans turn offline or online, titles change, end times move
 and prices change; every snapshot carries the feed's traps (reused plan_ids, impossible dates,
@@ -73,7 +73,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pgenough.graceful import GracefulServer
 from pgenough.httpserver import base_url, listen
-from pgenough.plans.simdata import (
+from pgenough.sim.data import (
     BYTES_PER_PLAN,
     VARIANTS,
     HostileKind,

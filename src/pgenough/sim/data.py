@@ -1,4 +1,4 @@
-"""Generated Fever snapshots for the provider simulator (``sim.py``): what a snapshot says, and
+"""Generated Fever snapshots for the provider simulator (``server``): what a snapshot says, and
 its XML. Pure functions, no I/O.
 
 A snapshot is a pure function of ``(seed, version, plans)``:
