@@ -51,6 +51,7 @@ import resource
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -174,7 +175,7 @@ def dispatch_cost(batch: int, batches: int) -> float:
     the part of a drain that is the worker's alone, measurable on a busy machine."""
     from psycopg_pool import AsyncConnectionPool
 
-    from pgenough.core.queue import job_from_row
+    from pgenough.core.statements import record_maker
     from pgenough.core.worker import _Executor
 
     async def noop(job: Job) -> None:
@@ -188,6 +189,7 @@ def dispatch_cost(batch: int, batches: int) -> float:
         executor = _Executor(pool, {KIND: noop}, config, name="profile", rng=random.Random())
         now = datetime.now(UTC)
         rows = [(i, QUEUE, KIND, {"n": i}, 0, 1, 20, now, now) for i in range(batch)]
+        job_from_row = record_maker(Job, [f.name for f in fields(Job)])
         report = getattr(executor, "_report", lambda: None)  # absent before issue 13
         cpu0 = cpu()
         for _ in range(batches):

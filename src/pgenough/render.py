@@ -19,7 +19,7 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import JobRecord, QueueStats
+from pgenough.core import JobRecord, JobState, QueueStats
 from pgenough.plans.runs import RunStatus
 
 if TYPE_CHECKING:
@@ -40,10 +40,10 @@ STATUS_STYLES: dict[str, str] = {
     RunStatus.PROCESSED: "green",
     RunStatus.FAILED: "bold red",
     # Job states (core queue).
-    "ready": "cyan",
-    "running": "yellow",
-    "dead": "bold red",
-    "cancelled": "dim",
+    JobState.READY: "cyan",
+    JobState.RUNNING: "yellow",
+    JobState.DEAD: "bold red",
+    JobState.CANCELLED: "dim",
 }
 ERROR_WIDTH = 120
 """Errors are cut to this many characters in tables (``--json`` has them whole)."""

@@ -27,14 +27,14 @@ from pgenough.core import (
     RetryIn,
     Worker,
     WorkerConfig,
-    cancel_job,
+    discard_job,
     enqueue,
     enqueue_many,
     get_job,
-    rescue_expired,
+    requeue_stuck,
 )
 from pgenough.core._sql import load
-from pgenough.core.queue import job_from_row
+from pgenough.core.statements import record_rows
 from pgenough.core.worker import INTERRUPTED
 from tests.helpers.procs import wait_until
 
@@ -335,13 +335,13 @@ async def take_back_by_rescuer(db: AsyncConnectionPool, job_id: int) -> None:
             "UPDATE pgenough.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
             (job_id,),
         )
-        result = await rescue_expired(conn)
+        result = await requeue_stuck(conn)
     assert result.retried == 1
 
 
 async def cancel_by_operator(db: AsyncConnectionPool, job_id: int) -> None:
     async with db.connection() as conn:
-        await cancel_job(conn, job_id)
+        await discard_job(conn, job_id)
 
 
 @pytest.mark.parametrize("lose", [take_back_by_rescuer, cancel_by_operator])
@@ -599,5 +599,6 @@ async def claim_now(db: AsyncConnectionPool, queue: str) -> list[Job]:
     """Claim a queue's jobs as a worker does, without running them."""
     params = {"done_ids": [], "done_attempts": [], "queue": queue, "limit": 10}
     async with db.connection() as conn:
-        cur = await conn.execute(load("queue")["claim"], {**params, "lease": 30, "worker": "t"})
-        return [job_from_row(r) for r in await cur.fetchall()]
+        cur = conn.cursor(row_factory=record_rows(Job))
+        await cur.execute(load("queue")["claim"], {**params, "lease": 30, "worker": "t"})
+        return await cur.fetchall()

@@ -20,7 +20,7 @@ from pgenough.core import (
     Worker,
     WorkerConfig,
     enqueue,
-    rescue_expired,
+    requeue_stuck,
 )
 from pgenough.core.worker import RESCAN_INTERVAL
 
@@ -167,7 +167,7 @@ async def test_rescued_claim_behind_the_position(db: AsyncConnectionPool) -> Non
         async with rescuer.transaction():
             await rescuer.execute("SELECT now()")
             await advance(db, seen, "meanwhile-")
-            result = await rescue_expired(rescuer)
+            result = await requeue_stuck(rescuer)
         assert result.retried == 1
         await seen.until(lambda: seen.ran("ghost", attempt=2))
 

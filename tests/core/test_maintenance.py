@@ -16,7 +16,7 @@ from pgenough.core import (
     clean,
     enqueue,
     get_job,
-    rescue_expired,
+    requeue_stuck,
     vacuum_jobs,
 )
 
@@ -39,7 +39,7 @@ async def test_rescuer_retries_or_dead_letters_expired_claims(db: AsyncConnectio
         )
         retry_id, dead_id, alive_id = [r[0] for r in await cur.fetchall()]
         before = sample("pgenough_jobs_reclaimed_total", queue="rescue")
-        result = await rescue_expired(conn, MaintenanceConfig(batch=1))  # batches of one
+        result = await requeue_stuck(conn, MaintenanceConfig(batch=1))  # batches of one
         assert (result.retried, result.dead) == (1, 1)
         assert sample("pgenough_jobs_reclaimed_total", queue="rescue") == before + 2
         retried = await get_job(conn, retry_id)

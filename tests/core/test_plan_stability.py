@@ -37,11 +37,11 @@ from pgenough.core import (
     PeriodicTask,
     Worker,
     WorkerConfig,
-    cancel_job,
     complete,
+    discard_job,
     get_job,
     open_pool,
-    rescue_expired,
+    requeue_stuck,
     retry_job,
 )
 from pgenough.core.queue import complete_many
@@ -247,9 +247,9 @@ HOT = [
     ),
     Hot("release", lambda s: _hand_back(s, PRIMED), _hand_back, BATCH),
     Hot(
-        "rescue_expired",
-        lambda s: _on_conn(s, lambda c: rescue_expired(c, RESCUE)),
-        lambda s, _: _on_conn(s, lambda c: rescue_expired(c, RESCUE)),
+        "requeue_stuck",
+        lambda s: _on_conn(s, lambda c: requeue_stuck(c, RESCUE)),
+        lambda s, _: _on_conn(s, lambda c: requeue_stuck(c, RESCUE)),
         BATCH,
     ),
     Hot(
@@ -259,9 +259,9 @@ HOT = [
         1,
     ),
     Hot(
-        "cancel_job",
-        lambda s: _on_conn(s, lambda c: _swallow(cancel_job(c, PRIME_ID))),
-        lambda s, jobs: _on_conn(s, lambda c: cancel_job(c, jobs[0].id)),
+        "discard_job",
+        lambda s: _on_conn(s, lambda c: _swallow(discard_job(c, PRIME_ID))),
+        lambda s, jobs: _on_conn(s, lambda c: discard_job(c, jobs[0].id)),
         1,
     ),
     Hot(

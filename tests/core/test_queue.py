@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
+    EnqueueOptions,
     Job,
     JobNotFound,
     LeaseLost,
     NewJob,
     Worker,
     WorkerConfig,
-    cancel_job,
     complete,
+    discard_job,
     enqueue,
     enqueue_many,
     get_job,
@@ -162,7 +164,7 @@ async def test_complete_after_cancel_raises_lease_lost_and_rolls_back(
     run = asyncio.create_task(worker.run(until_idle=True))
     await asyncio.wait_for(started.wait(), 10)
     async with db.connection() as conn:
-        await cancel_job(conn, job_id)  # type: ignore[arg-type]
+        await discard_job(conn, job_id)  # type: ignore[arg-type]
     cancelled.set()
     stats = await asyncio.wait_for(run, 10)
     assert isinstance(outcome[0], LeaseLost)
@@ -179,7 +181,7 @@ async def test_operator_actions_on_unknown_jobs_fail_clearly(db: AsyncConnection
         with pytest.raises(JobNotFound, match="job 424242: nothing to retry"):
             await retry_job(conn, 424242)
         with pytest.raises(JobNotFound, match="nothing to cancel"):
-            await cancel_job(conn, 424242)
+            await discard_job(conn, 424242)
         assert await retry_dead(conn) == 0
 
 
@@ -206,7 +208,7 @@ async def test_list_jobs_filters_by_state_queue_and_failure_and_pages_by_id(
         doomed = await enqueue(conn, "nobody-handles-this", None, queue="a", max_attempts=1)
         flaky = await enqueue(conn, "nobody-handles-this", None, queue="a", max_attempts=5)
         assert ids[0] is not None
-        await cancel_job(conn, ids[0])
+        await discard_job(conn, ids[0])
     # A worker for queue "a" only runs the unknown kinds: one dead, one waiting to retry.
     config = WorkerConfig(queue="a", maintenance=None)
     async with db.connection() as conn:
@@ -230,3 +232,14 @@ async def test_list_jobs_filters_by_state_queue_and_failure_and_pages_by_id(
     assert [j.id for j in cancelled] == [ids[0]]
     assert [(j.id, j.state) for j in failing] == [(flaky, "ready"), (doomed, "dead")]
     assert [j.id for j in first + rest] == [j.id for j in everything]
+
+
+def test_new_job_carries_the_enqueue_options() -> None:
+    """``NewJob``'s fields are a kind, a payload and ``EnqueueOptions``'s, so that
+    ``NewJob.with_options`` and the options the tasks use cannot drift apart."""
+    options = {f.name for f in dataclasses.fields(EnqueueOptions)}
+    assert [f.name for f in dataclasses.fields(NewJob)][:2] == ["kind", "payload"]
+    assert {f.name for f in dataclasses.fields(NewJob)[2:]} == options
+    chosen = EnqueueOptions(queue="q", priority=3, max_attempts=2, dedupe_key="k")
+    job = NewJob.with_options("k", {"a": 1}, chosen)
+    assert {name: getattr(job, name) for name in options} == dataclasses.asdict(chosen)

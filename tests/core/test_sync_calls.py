@@ -20,7 +20,7 @@ from pgenough.core import (
     WorkerConfig,
     advisory_lock,
     advisory_xact_lock,
-    cancel_job,
+    discard_job,
     enqueue,
     enqueue_many,
     get_job,
@@ -265,7 +265,7 @@ def test_operator_actions_and_stats_on_a_sync_connection(
     assert repair.retry_all_dead(conn, "ops") == 1
     conn.commit()
     retry_job(conn, second)
-    cancel_job(conn, third)
+    discard_job(conn, third)
     conn.rollback()  # these two were the caller's to roll back
     assert {j.id: j.state for j in list_jobs(conn, queue="ops")} == {
         first: "ready",

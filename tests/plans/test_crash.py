@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core.db import EmbeddedServer, restart_embedded
+from pgenough.core.db import EmbeddedServer
 from pgenough.plans.fetch import FetchConfig
 from pgenough.sim.server import SimServer
+from tests.helpers.embedded import restart_embedded
 from tests.helpers.procs import ROOT, wait_until
 from tests.plans.model import expected_rows
 from tests.plans.pipeline import download, dump, fetch, process, run_row

@@ -34,6 +34,7 @@ from pgenough.core import (
     load_app,
     migrate,
     open_pool,
+    parse_job_state,
     repair,
     schema_version,
 )
@@ -250,9 +251,12 @@ def jobs_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Jobs still queued, newest first: ready, scheduled, running (worker, lease), dead."""
-    if state is not None and state.lower() not in JOB_STATES:
-        _fail(f"--state must be one of {', '.join(JOB_STATES)}", code=2)
-    wanted = state.lower() if state is not None else None
+    wanted = None
+    if state is not None:
+        try:
+            wanted = parse_job_state(state.lower())
+        except ValueError as exc:
+            _fail(f"--{exc}", code=2)
     jobs = _inspect(
         "jobs",
         lambda conn: list_jobs(conn, state=wanted, queue=queue, limit=limit, before=before),

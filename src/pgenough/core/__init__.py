@@ -14,6 +14,7 @@ from pgenough.core.errors import (
     RetryIn,
     TaskTimeout,
 )
+from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
 from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
 from pgenough.core.maintenance import (
@@ -22,6 +23,7 @@ from pgenough.core.maintenance import (
     RescueResult,
     VacuumResult,
     clean,
+    requeue_stuck,
     rescue_expired,
     vacuum_jobs,
 )
@@ -29,16 +31,20 @@ from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
-    JOB_STATES,
+    EnqueueOptions,
     Job,
+    JobFailures,
     JobRecord,
     NewJob,
     QueueStats,
     cancel_job,
     complete,
+    discard_job,
     enqueue,
     enqueue_many,
     get_job,
+    job_failures,
+    jobs_by_payload,
     list_jobs,
     queue_stats,
     refresh_queue_metrics,
@@ -52,7 +58,6 @@ from pgenough.core.tasks import (
     App,
     AppNotFound,
     BatchTask,
-    EnqueueOptions,
     Task,
     TaskArgumentsError,
     TaskContext,
@@ -87,8 +92,10 @@ __all__ = [  # noqa: RUF022
     "Interval",
     "JOB_STATES",
     "Job",
+    "JobFailures",
     "JobNotFound",
     "JobRecord",
+    "JobState",
     "LeaseLost",
     "Lock",
     "LockNotAcquired",
@@ -125,9 +132,12 @@ __all__ = [  # noqa: RUF022
     "complete",
     "current_log_context",
     "database_url",
+    "discard_job",
     "enqueue",
     "enqueue_many",
     "get_job",
+    "job_failures",
+    "jobs_by_payload",
     "list_jobs",
     "load_app",
     "lock_key",
@@ -135,9 +145,11 @@ __all__ = [  # noqa: RUF022
     "migrate",
     "named_queries",
     "open_pool",
+    "parse_job_state",
     "publish",
     "queue_stats",
     "refresh_queue_metrics",
+    "requeue_stuck",
     "rescue_expired",
     "retry_dead",
     "retry_job",

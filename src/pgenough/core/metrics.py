@@ -18,6 +18,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.core.job_states import QUEUE_DEPTHS, JobState
+
 if TYPE_CHECKING:
     from pgenough.core.queue import QueueStats
 
@@ -89,7 +91,9 @@ class QueueMetrics:
         self.duration = JOB_DURATION.labels(queue)
 
 
-QUEUE_STATES = ("ready", "scheduled", "running", "dead")
+QUEUE_STATES = tuple(d for d in QUEUE_DEPTHS if d != JobState.CANCELLED)
+"""The depth gauge's ``state`` labels: ``QueueStats``'s counts but the cancelled (jobs no
+one waits for, removed by the cleaner)."""
 _seen_queues: set[str] = set()
 
 

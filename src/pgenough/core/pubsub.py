@@ -25,7 +25,7 @@ from pgenough.core import metrics
 from pgenough.core._sql import load
 from pgenough.core.errors import first_line
 from pgenough.core.retry import Backoff, Reconnect
-from pgenough.core.statements import Plan, Query, dual
+from pgenough.core.statements import Query, Steps, dual
 
 log = logging.getLogger(__name__)
 _Q = load("pubsub")
@@ -59,7 +59,7 @@ class Gap:
 
 
 @dual
-def publish(channel: str, payload: str) -> Plan[None]:
+def publish(channel: str, payload: str) -> Steps[None]:
     """Publish ``payload`` on ``channel`` in the transaction open on ``conn``."""
     if not channel:
         raise ValueError("channel must not be empty")

@@ -4,8 +4,11 @@ Every operation takes the caller's connection, sync or async (``statements.py``)
 joins whatever transaction is open on it: a job exists iff the transaction that enqueued it
 commits, and a handler that completes its job in the transaction holding its own writes has
 exactly-once database effects.
-Claiming, heartbeats and failure bookkeeping live in ``worker.py``; the SQL of all of them is
-in ``sql/queue.sql``.
+This module runs every statement on ``pgenough.jobs`` (``sql/queue.sql``): the producer's
+and the operator's calls, the worker's claims, heartbeats and failure bookkeeping (async
+functions that ``executor.py`` calls), the maintenance duties' batches (``maintenance.py``
+runs them under its timeouts) and the read models other layers need (``job_failures``,
+``jobs_by_payload``).
 """
 
 from __future__ import annotations
@@ -24,15 +27,19 @@ from psycopg.types.json import Jsonb, JsonbLoader
 from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.errors import JobNotFound, LeaseLost
-from pgenough.core.statements import Atomic, Copy, Plan, Query, dual
+from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
+from pgenough.core.statements import AsyncConn, Atomic, Copy, Query, Steps, dual, record_rows
 
 _Q = load("queue")
 
 DEFAULT_QUEUE = "default"
 JOBS_CHANNEL = "pgenough_jobs"
 """Notified with a queue's name when it gets runnable work (workers listen here)."""
-DEFAULT_MAX_ATTEMPTS = 20
-JOB_STATES = ("ready", "running", "dead", "cancelled")
+DEFAULT_JOB_MAX_ATTEMPTS = 20
+"""Attempts a job gets unless its enqueue says otherwise (not the plan service's HTTP
+attempts per fetch)."""
+DEFAULT_MAX_ATTEMPTS = DEFAULT_JOB_MAX_ATTEMPTS
+"""Deprecated: ``DEFAULT_JOB_MAX_ATTEMPTS``'s old name."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +59,22 @@ class Job:
 
 
 @dataclass(frozen=True)
+class EnqueueOptions:
+    """How a job is enqueued, whatever enqueues it (``enqueue``'s keywords, a task's
+    declaration and ``Task.using``, a ``NewJob``): the one list of the options."""
+
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS
+    run_at: datetime | timedelta | None = None
+    """When it may first run: a time, a delay from the database's now, or now."""
+    dedupe_key: str | None = None
+
+
+@dataclass(frozen=True)
 class NewJob:
-    """A job to enqueue in bulk with ``enqueue_many``."""
+    """A job to enqueue in bulk with ``enqueue_many``: a kind, a payload and the fields of
+    ``EnqueueOptions`` (tests/core/test_queue.py checks they stay the same)."""
 
     kind: str
     payload: Any = None
@@ -61,7 +82,7 @@ class NewJob:
     priority: int = 0
     run_at: datetime | timedelta | None = None
     """When it may first run: a time, a delay from the database's now, or now."""
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS
     dedupe_key: str | None = None
 
     def __post_init__(self) -> None:
@@ -69,6 +90,19 @@ class NewJob:
             raise ValueError("max_attempts must be >= 1")
         if not self.kind:
             raise ValueError("kind must not be empty")
+
+    @classmethod
+    def with_options(cls, kind: str, payload: Any, options: EnqueueOptions) -> NewJob:
+        """The job of ``kind`` and ``payload`` enqueued with ``options``."""
+        return cls(
+            kind,
+            payload,
+            queue=options.queue,
+            priority=options.priority,
+            run_at=options.run_at,
+            max_attempts=options.max_attempts,
+            dedupe_key=options.dedupe_key,
+        )
 
 
 @dataclass(frozen=True)
@@ -105,6 +139,14 @@ class QueueStats:
     oldest_ready_age: float
     """Seconds the oldest runnable job has been waiting; 0 when none is."""
 
+    def by_state(self) -> dict[JobState, int]:
+        """The counts per job state (the scheduled among the ready, as ``list_jobs``
+        lists them)."""
+        totals = dict.fromkeys(JobState, 0)
+        for depth in QUEUE_DEPTHS:
+            totals[depth_state(depth)] += getattr(self, depth)
+        return totals
+
 
 @dual
 def enqueue(
@@ -114,20 +156,20 @@ def enqueue(
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
     run_at: datetime | timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
     dedupe_key: str | None = None,
-) -> Plan[int | None]:
+) -> Steps[int | None]:
     """Enqueue one job in the transaction open on ``conn``; return its id.
 
     Returns None when ``dedupe_key`` matches a job of the same queue that is still ready or
     running. Idle workers of the queue are woken when the transaction commits.
     """
-    job = NewJob(kind, payload, queue, priority, run_at, max_attempts, dedupe_key)
-    return (yield from enqueue_job(job))
+    options = EnqueueOptions(queue, priority, max_attempts, run_at, dedupe_key)
+    return (yield from enqueue_job(NewJob.with_options(kind, payload, options)))
 
 
-def enqueue_job(job: NewJob) -> Plan[int | None]:
-    """The plan of ``enqueue`` for a built job (what ``Task.enqueue`` runs)."""
+def enqueue_job(job: NewJob) -> Steps[int | None]:
+    """The steps of ``enqueue`` for a built job (what ``Task.enqueue`` runs)."""
     result = yield Query(
         _Q["enqueue"],
         {
@@ -149,7 +191,7 @@ def enqueue_job(job: NewJob) -> Plan[int | None]:
 
 
 @dual
-def enqueue_many(jobs: Iterable[NewJob]) -> Plan[int]:
+def enqueue_many(jobs: Iterable[NewJob]) -> Steps[int]:
     """Enqueue many jobs with COPY in the transaction open on ``conn``.
 
     Returns how many were inserted: jobs whose dedupe key is taken by a live job, or by an
@@ -164,7 +206,7 @@ def enqueue_many(jobs: Iterable[NewJob]) -> Plan[int]:
     return sum(inserted.values())
 
 
-def _insert_many(batch: list[NewJob]) -> Plan[dict[str, int]]:
+def _insert_many(batch: list[NewJob]) -> Steps[dict[str, int]]:
     now: datetime = (yield Query(_Q["db_now"])).rows[0][0]
     inserted: dict[str, int] = {}
     if any(j.dedupe_key is not None for j in batch):
@@ -198,7 +240,7 @@ def _copy_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
 
 
 @dual
-def complete(job: Job) -> Plan[None]:
+def complete(job: Job) -> Steps[None]:
     """Complete ``job`` in the transaction open on ``conn``.
 
     Call it in the same transaction as the handler's own writes: they then commit together,
@@ -213,7 +255,7 @@ def complete(job: Job) -> Plan[None]:
 
 
 @dual
-def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
+def complete_many(jobs: Sequence[Job]) -> Steps[set[int]]:
     """Complete ``jobs`` in the transaction open on ``conn``, in one statement; return the
     ids of those that were still this claim. Fewer ids than jobs means some were reclaimed
     or cancelled meanwhile: roll back, or their effects would commit twice."""
@@ -226,7 +268,7 @@ def complete_many(jobs: Sequence[Job]) -> Plan[set[int]]:
 
 
 @dual
-def retry_job(job_id: int) -> Plan[None]:
+def retry_job(job_id: int) -> Steps[None]:
     """Make a dead, cancelled or waiting job runnable now (one more attempt if spent)."""
     result = yield Query(_Q["retry_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
@@ -234,25 +276,29 @@ def retry_job(job_id: int) -> Plan[None]:
 
 
 @dual
-def retry_dead(queue: str | None = None) -> Plan[int]:
+def retry_dead(queue: str | None = None) -> Steps[int]:
     """Make every dead job of ``queue`` (all queues when None) runnable now; return how many."""
     result = yield Query(_Q["retry_dead"], {"queue": queue}, prepare=PLAN_EACH_TIME)
     return len(result.rows)
 
 
 @dual
-def cancel_job(job_id: int) -> Plan[None]:
+def discard_job(job_id: int) -> Steps[None]:
     """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
-    result = yield Query(_Q["cancel_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
+    result = yield Query(_Q["discard_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "cancel")
 
 
+cancel_job = discard_job
+"""Deprecated: ``discard_job``'s old name (docs/messaging.md, "Renamed names")."""
+
+
 @dual
-def get_job(job_id: int) -> Plan[JobRecord | None]:
+def get_job(job_id: int) -> Steps[JobRecord | None]:
     """The job's row, or None when it does not exist (completed jobs are deleted)."""
-    result = yield Query(_Q["get_job"], {"id": job_id}, dicts=True, prepare=PLAN_EACH_TIME)
-    return JobRecord(**result.rows[0]) if result.rows else None
+    result = yield Query(_Q["get_job"], {"id": job_id}, record=JobRecord, prepare=PLAN_EACH_TIME)
+    return result.rows[0] if result.rows else None
 
 
 @dual
@@ -263,12 +309,12 @@ def list_jobs(
     failing: bool = False,
     limit: int = 100,
     before: int | None = None,
-) -> Plan[list[JobRecord]]:
+) -> Steps[list[JobRecord]]:
     """Jobs newest first: of one ``state`` (ready, running, dead, cancelled) or all, of one
     ``queue`` or all; ``failing`` keeps those whose last attempt raised - dead, or waiting to
     retry. Page with ``before``: the smallest id of the previous page."""
-    if state is not None and state not in JOB_STATES:
-        raise ValueError(f"state must be one of {', '.join(JOB_STATES)}")
+    if state is not None:
+        state = parse_job_state(state)
     if limit < 1:
         raise ValueError("limit must be >= 1")
     params = {
@@ -278,36 +324,195 @@ def list_jobs(
         "limit": limit,
         "before": before,
     }
-    result = yield Query(_Q["list_jobs"], params, dicts=True, prepare=PLAN_EACH_TIME)
-    return [JobRecord(**row) for row in result.rows]
+    result = yield Query(_Q["list_jobs"], params, record=JobRecord, prepare=PLAN_EACH_TIME)
+    jobs: list[JobRecord] = result.rows
+    return jobs
 
 
 @dual
-def queue_stats() -> Plan[list[QueueStats]]:
+def queue_stats() -> Steps[list[QueueStats]]:
     """Per-queue depth by state and the age of the oldest runnable job."""
-    result = yield Query(_Q["stats"], dicts=True)
-    return [QueueStats(**row) for row in result.rows]
+    result = yield Query(_Q["stats"], record=QueueStats)
+    stats: list[QueueStats] = result.rows
+    return stats
+
+
+@dataclass(frozen=True)
+class JobFailures:
+    dead: int
+    """Jobs dead-lettered in the window."""
+    attempts_failed: int
+    """Failed attempts recorded in the window on jobs still kept (retrying or dead)."""
 
 
 @dual
-def refresh_queue_metrics() -> Plan[list[QueueStats]]:
+def job_failures(window: float) -> Steps[JobFailures]:
+    """What went wrong with jobs in the last ``window`` seconds."""
+    result = yield Query(_Q["job_failures_since"], {"window": window}, record=JobFailures)
+    failures: JobFailures = result.rows[0]  # an aggregate: always one row
+    return failures
+
+
+@dual
+def jobs_by_payload(*, queue: str, kind: str, key: str, value: object) -> Steps[list[JobRecord]]:
+    """The jobs of ``queue`` and ``kind`` whose payload's ``key`` is ``value`` (compared as
+    text: 7 finds ``{"run_id": 7}``), oldest first."""
+    params = {"queue": queue, "kind": kind, "key": key, "value": str(value)}
+    result = yield Query(_Q["jobs_by_payload"], params, record=JobRecord, prepare=PLAN_EACH_TIME)
+    jobs: list[JobRecord] = result.rows
+    return jobs
+
+
+@dual
+def refresh_queue_metrics() -> Steps[list[QueueStats]]:
     """``queue_stats`` into the depth gauges (workers call it every ``stats_interval``, the
     API each time it is scraped)."""
-    stats = yield from queue_stats.plan()
+    stats = yield from queue_stats.steps()
     metrics.set_queue_stats(stats)
     return stats
 
 
-def job_from_row(row: Sequence[Any]) -> Job:
-    """A ``Job`` from a row of the ``claim`` statement."""
-    return Job(*row)
+# -- the worker's side: async, on the worker's own connections ----------------------------------
+
+_JOB_ROWS = record_rows(Job)
+
+
+async def hold_for_claims(conn: AsyncConn) -> None:
+    """Set up the session of a connection a claim loop keeps (see ``executor._Executor._hold``
+    for why): its claims planned at each execution and never with a Sort."""
+    await conn.execute(_Q["plan_each_claim"])
+
+
+async def unhold_for_claims(conn: AsyncConn) -> None:
+    """Undo ``hold_for_claims``, before the connection goes back to the pool."""
+    await conn.execute(_Q["plan_as_usual"])
+
+
+async def claim(
+    conn: AsyncConn,
+    *,
+    queue: str,
+    worker: str,
+    lease: float,
+    limit: int,
+    done: Sequence[Job],
+    after: tuple[int, datetime, int] | None = None,
+) -> list[Job]:
+    """Acknowledge ``done`` (those still this claim) and claim up to ``limit`` ready jobs of
+    ``queue`` for ``worker``, in one statement: past the position ``after`` (priority,
+    run_at, id) within that priority when given, else from the start of the claim index.
+
+    On a connection that prepares, the session must be held (``hold_for_claims``); on one
+    that does not, the planner setting is made for this transaction only."""
+    params: dict[str, Any] = {
+        "done_ids": int_array(j.id for j in done),
+        "done_attempts": int_array(j.attempts for j in done),
+        "queue": queue,
+        "limit": limit,
+        "lease": lease,
+        "worker": worker,
+    }
+    if after is None:
+        query = _Q["claim"]
+    else:
+        query = _Q["claim_after"]
+        params.update(priority=after[0], after_run_at=after[1], after_id=after[2])
+    cur = conn.cursor(row_factory=_JOB_ROWS)
+    if conn.prepare_threshold is not None:
+        # Planned each time and without a Sort: the session is set up for it.
+        return await (await cur.execute(query, params)).fetchall()
+    # Unprepared, perhaps behind a transaction pooler whose server connections are shared:
+    # the planner setting lasts this transaction only (three round trips more than the
+    # claim itself).
+    async with conn.transaction():
+        await conn.execute(_Q["claim_without_sort"])
+        return await (await cur.execute(query, params)).fetchall()
+
+
+async def record_failure(
+    conn: AsyncConn, job: Job, error: str, delay: float, *, give_up: bool
+) -> str | None:
+    """Record a failed attempt of ``job``: ready again after ``delay`` seconds, or dead when
+    its attempts are spent or ``give_up``. Returns the job's new state, None when the job
+    was no longer this claim."""
+    params = {
+        "id": job.id,
+        "attempts": job.attempts,
+        "error": error,
+        "delay": delay,
+        "give_up": give_up,
+    }
+    cur = await conn.execute(_Q["fail"], params, prepare=PLAN_EACH_TIME)
+    row = await cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+async def extend_leases(
+    conn: AsyncConn, ids: Sequence[int], *, worker: str, lease: float
+) -> set[int]:
+    """Extend the leases of ``worker``'s jobs ``ids`` to ``lease`` seconds from now; return
+    the ids extended (a job being completed or lost is skipped)."""
+    cur = await conn.execute(
+        _Q["heartbeat"],
+        {"ids": int_array(ids), "lease": lease, "worker": worker},
+        prepare=PLAN_EACH_TIME,
+    )
+    return {row[0] for row in await cur.fetchall()}
+
+
+async def release_claims(conn: AsyncConn, jobs: Sequence[Job], *, worker: str, error: str) -> int:
+    """Make ``worker``'s claims of ``jobs`` runnable again at once, their attempt counted and
+    ``error`` recorded; return how many were still its claims."""
+    cur = await conn.execute(
+        _Q["release"],
+        {"ids": int_array(j.id for j in jobs), "worker": worker, "error": error},
+        prepare=PLAN_EACH_TIME,
+    )
+    return cur.rowcount
+
+
+# -- the maintenance duties' statements (maintenance.py runs them under its timeouts) ------------
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """A claim taken back by ``requeue_stuck_batch``."""
+
+    id: int
+    queue: str
+    state: str
+    """Its new state: ready (to retry) or dead (attempts spent)."""
+
+
+def requeue_stuck_batch(limit: int) -> Query:
+    """Take back up to ``limit`` expired claims; a ``Requeued`` row each."""
+    return Query(_Q["requeue_stuck"], {"limit": limit}, record=Requeued, prepare=PLAN_EACH_TIME)
+
+
+def delete_finished_batch(retention: float, limit: int) -> Query:
+    """Delete up to ``limit`` dead and cancelled jobs finished ``retention`` seconds ago."""
+    return Query(
+        _Q["delete_finished"], {"retention": retention, "limit": limit}, prepare=PLAN_EACH_TIME
+    )
+
+
+def dead_rows() -> Steps[int]:
+    """The jobs table's dead rows, as the statistics collector last counted them."""
+    rows = (yield Query(_Q["jobs_dead_rows"])).rows
+    return int(rows[0][0]) if rows else 0
+
+
+def vacuum() -> Steps[None]:
+    """VACUUM the jobs table (in autocommit mode); one already running is not waited for."""
+    yield Query(_Q["vacuum_jobs"])
 
 
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def load_json(data: Buffer) -> Any:
-    """Decode a ``jsonb`` value as ``json.loads`` would, several times faster.
+    """Decode a ``jsonb`` value as ``json.loads`` would, faster (docs/benchmarks.md,
+    "Issue 13 §2: the worker's client cost").
 
     orjson gives the same values as ``json.loads`` except for integers past 64 bits (jsonb's
     numeric allows them; orjson turns them into floats): text with a run of 19 digits or
@@ -332,6 +537,7 @@ class PayloadLoader(JsonbLoader):
 def int_array(ids: Iterable[int]) -> str:
     """``ids`` as a PostgreSQL array literal, for a ``%(...)s::bigint[]`` (or ``integer[]``)
     parameter. psycopg sends a ``str`` untyped, so the statement's cast applies; dumping a
-    list instead walks it in Python, about ten times the cost (two per claim, a hundred ids
-    each at batch 100)."""
+    list instead walks it in Python, at a cost that shows per claim (two per claim, a
+    hundred ids each at batch 100; docs/benchmarks.md, "Issue 13 §2: the worker's client
+    cost")."""
     return "{" + ",".join(map(str, ids)) + "}"

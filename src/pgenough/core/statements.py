@@ -2,12 +2,13 @@
 
 Most applications enqueue from synchronous code (Django, Flask, SQLAlchemy sessions), many
 from async code; both should get the same behaviour, not two implementations that drift. So
-each call is a *plan*: a generator that yields the statements to run (``Query``, ``Copy``,
-``Atomic``) and receives their results, with no I/O of its own, as psycopg's own protocol
-code is written. ``dual`` turns a plan into a function taking the connection first::
+each call is written as *steps*: a generator that yields the statements to run (``Query``,
+``Copy``, ``Atomic``) and receives their results, with no I/O of its own, as psycopg's own
+protocol code is written. ``dual`` turns such a generator into a function taking the
+connection first::
 
     @dual
-    def retry_job(job_id: int) -> Plan[None]: ...
+    def retry_job(job_id: int) -> Steps[None]: ...
 
     retry_job(sync_conn, 7)          # runs now
     await retry_job(async_conn, 7)   # a coroutine
@@ -20,6 +21,7 @@ text).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
@@ -28,7 +30,7 @@ from typing import Any, Generic, LiteralString, ParamSpec, TypeAlias, TypeVar, o
 
 import psycopg
 from psycopg.pq import Format, TransactionStatus
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import BaseRowFactory, RowMaker, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
 
 from pgenough.core._sql import load
@@ -47,7 +49,8 @@ AsyncConn: TypeAlias = psycopg.AsyncConnection[Any]
 @dataclass(frozen=True)
 class Result:
     rows: list[Any]
-    """Tuples, or dicts for a ``Query(..., dicts=True)``; empty for a statement without rows."""
+    """Tuples, or records for a ``Query(..., record=cls)``; empty for a statement without
+    rows."""
     rowcount: int
 
 
@@ -55,7 +58,8 @@ class Result:
 class Query:
     sql: LiteralString
     params: Mapping[str, Any] | None = None
-    dicts: bool = False
+    record: type[Any] | None = None
+    """A dataclass to read each row into, by column name (``record_rows``); None: tuples."""
     prepare: bool | None = None
     """psycopg's ``prepare``: None lets it prepare a repeated statement; ``PLAN_EACH_TIME``
     (``_sql.py``) for a statement that must never run on a cached generic plan."""
@@ -69,15 +73,15 @@ class Copy:
 
 @dataclass(frozen=True)
 class Atomic:
-    """Run a nested plan all-or-nothing, without ending the caller's transaction."""
+    """Run nested steps all-or-nothing, without ending the caller's transaction."""
 
-    plan: Plan[Any]
+    steps: Steps[Any]
 
 
 Step: TypeAlias = Query | Copy | Atomic
-Plan: TypeAlias = Generator[Step, Any, T]
+Steps: TypeAlias = Generator[Step, Any, T]
 """Yields steps; each ``Query`` is answered with a ``Result``, each ``Atomic`` with its
-plan's value, each ``Copy`` with None."""
+steps' value, each ``Copy`` with None. (Not "plan": that is the plan service's domain.)"""
 
 
 def not_a_connection(conn: object) -> TypeError:
@@ -88,17 +92,18 @@ def not_a_connection(conn: object) -> TypeError:
 
 
 class Dual(Generic[P, T]):
-    """A plan as a function of the connection: runs at once on a sync connection, returns a
+    """Steps as a function of the connection: runs at once on a sync connection, returns a
     coroutine on an async one (see the module docstring)."""
 
-    def __init__(self, plan: Callable[P, Plan[T]]) -> None:
-        self.plan = plan
-        functools.update_wrapper(self, plan)
-        params = list(inspect.signature(plan).parameters.values())
+    def __init__(self, steps: Callable[P, Steps[T]]) -> None:
+        self.steps = steps
+        """The generator function itself, to ``yield from`` inside other steps."""
+        functools.update_wrapper(self, steps)
+        params = list(inspect.signature(steps).parameters.values())
         conn = inspect.Parameter(
             "conn", inspect.Parameter.POSITIONAL_ONLY, annotation="AnyConnection"
         )
-        self.__signature__ = inspect.signature(plan).replace(parameters=[conn, *params])
+        self.__signature__ = inspect.signature(steps).replace(parameters=[conn, *params])
 
     @overload
     def __call__(
@@ -111,55 +116,55 @@ class Dual(Generic[P, T]):
     ) -> T: ...
 
     def __call__(self, conn: AnyConnection, /, *args: P.args, **kwargs: P.kwargs) -> Any:
-        return run(conn, self.plan(*args, **kwargs))
+        return run(conn, self.steps(*args, **kwargs))
 
 
-def dual(plan: Callable[P, Plan[T]]) -> Dual[P, T]:
-    return Dual(plan)
-
-
-@overload
-def run(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> Coroutine[Any, Any, T]: ...
+def dual(steps: Callable[P, Steps[T]]) -> Dual[P, T]:
+    return Dual(steps)
 
 
 @overload
-def run(conn: psycopg.Connection[Any], plan: Plan[T]) -> T: ...
+def run(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> Coroutine[Any, Any, T]: ...
 
 
-def run(conn: AnyConnection, plan: Plan[T]) -> T | Coroutine[Any, Any, T]:
-    """Run ``plan`` on ``conn``: now when it is sync, as a coroutine when it is async."""
+@overload
+def run(conn: psycopg.Connection[Any], steps: Steps[T]) -> T: ...
+
+
+def run(conn: AnyConnection, steps: Steps[T]) -> T | Coroutine[Any, Any, T]:
+    """Run ``steps`` on ``conn``: now when it is sync, as a coroutine when it is async."""
     if isinstance(conn, psycopg.AsyncConnection):
-        return run_async(conn, plan)
+        return run_async(conn, steps)
     if isinstance(conn, psycopg.Connection):
-        return run_sync(conn, plan)
-    plan.close()
+        return run_sync(conn, steps)
+    steps.close()
     raise not_a_connection(conn)
 
 
-def run_sync(conn: psycopg.Connection[Any], plan: Plan[T]) -> T:
+def run_sync(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
     try:
-        step = next(plan)
+        step = next(steps)
         while True:
             try:
                 answer = _step_sync(conn, step)
             except BaseException as exc:
-                step = plan.throw(exc)
+                step = steps.throw(exc)
             else:
-                step = plan.send(answer)
+                step = steps.send(answer)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
 
-async def run_async(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> T:
+async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
     try:
-        step = next(plan)
+        step = next(steps)
         while True:
             try:
                 answer = await _step_async(conn, step)
             except BaseException as exc:
-                step = plan.throw(exc)
+                step = steps.throw(exc)
             else:
-                step = plan.send(answer)
+                step = steps.send(answer)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
@@ -171,7 +176,7 @@ def _step_sync(conn: psycopg.Connection[Any], step: Step) -> Any:
         if _needs_begin(conn):
             conn.execute(_BEGIN)
         with conn.transaction():
-            return run_sync(conn, step.plan)
+            return run_sync(conn, step.steps)
     with _configure(psycopg.Cursor(conn, row_factory=_rows(step))) as cur:
         if isinstance(step, Copy):
             with cur.copy(step.sql) as copy:
@@ -187,7 +192,7 @@ async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
         if _needs_begin(conn):  # see _step_sync
             await conn.execute(_BEGIN)
         async with conn.transaction():
-            return await run_async(conn, step.plan)
+            return await run_async(conn, step.steps)
     async with _configure(psycopg.AsyncCursor(conn, row_factory=_rows(step))) as cur:
         if isinstance(step, Copy):
             async with cur.copy(step.sql) as copy:
@@ -199,7 +204,47 @@ async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
 
 
 def _rows(step: Query | Copy) -> Any:
-    return dict_row if isinstance(step, Query) and step.dicts else tuple_row
+    if isinstance(step, Query) and step.record is not None:
+        return record_rows(step.record)
+    return tuple_row
+
+
+R = TypeVar("R")
+
+
+def record_rows(cls: type[R]) -> BaseRowFactory[R]:
+    """A psycopg row factory reading each row into the dataclass ``cls`` by column name.
+
+    The columns are matched to the fields once per result, not once per row: when they are
+    the fields in their order (as every statement of the core selects them, which
+    tests/core/test_records.py pins) a row is passed positionally, the cost of a tuple;
+    in another order by keyword. A column that is no field, or a field without a default
+    that no column fills, is a ``TypeError`` at the first row, never a shifted value."""
+
+    def factory(cursor: Any) -> RowMaker[R]:  # a sync or an async cursor
+        names = tuple(c.name for c in cursor.description or ())
+        return record_maker(cls, names)
+
+    return factory
+
+
+def record_maker(cls: type[R], names: Sequence[str]) -> RowMaker[R]:
+    """What ``record_rows`` builds each row with, for the columns ``names``."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if tuple(names) == tuple(f.name for f in fields):
+        return lambda values: cls(*values)
+    known = {f.name for f in fields}
+    required = {
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    if len(set(names)) != len(names) or not known >= set(names) >= required:
+        raise TypeError(
+            f"columns ({', '.join(names)}) are not the fields of {cls.__name__}"
+            f" ({', '.join(f.name for f in fields)})"
+        )
+    return lambda values: cls(**dict(zip(names, values, strict=True)))
 
 
 _C = TypeVar("_C", psycopg.Cursor[Any], psycopg.AsyncCursor[Any])

@@ -58,8 +58,9 @@ from pgenough.core.errors import GiveUp, PgenoughError, TaskTimeout
 from pgenough.core.migrations import MigrationSet
 from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.queue import (
-    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_JOB_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    EnqueueOptions,
     Job,
     NewJob,
     complete,
@@ -103,17 +104,6 @@ class TaskContext:
 
     job: Job
     pool: AsyncConnectionPool
-
-
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """How a task's jobs are enqueued; ``Task.using`` overrides them per call."""
-
-    queue: str = DEFAULT_QUEUE
-    priority: int = 0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    run_at: datetime | timedelta | None = None
-    dedupe_key: str | None = None
 
 
 class Task(Generic[P]):
@@ -204,16 +194,7 @@ class Task(Generic[P]):
         return self._job(args, kwargs)
 
     def _job(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> NewJob:
-        o = self.options
-        return NewJob(
-            self.name,
-            self.payload(*args, **kwargs),
-            queue=o.queue,
-            priority=o.priority,
-            run_at=o.run_at,
-            max_attempts=o.max_attempts,
-            dedupe_key=o.dedupe_key,
-        )
+        return NewJob.with_options(self.name, self.payload(*args, **kwargs), self.options)
 
     def payload(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The arguments by name, as the job will carry them; ``TaskArgumentsError`` when
@@ -454,7 +435,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
@@ -467,7 +448,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
@@ -480,7 +461,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,
@@ -508,7 +489,7 @@ class App:
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_attempts: int = DEFAULT_JOB_MAX_ATTEMPTS,
         retry: Backoff | None = None,
         priority: int = 0,
         timeout: float | None = None,

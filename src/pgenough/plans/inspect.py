@@ -4,10 +4,11 @@ offer. Single jobs and lists of them are the core's own (``get_job``, ``list_job
 module adds what only the plan service knows (which run a chunk job belongs to).
 
 Runs are read through ``plans.runs`` (which owns every statement on ``pgenough.runs`` and
-its records); ``plan_failures`` and the core's jobs table here (``sql/inspect.sql``). All come
+its records); ``plan_failures`` here (``sql/inspect.sql``); jobs through the core's public
+calls (``queue_stats``, ``job_failures``, ``jobs_by_payload``, ``list_jobs``). All come
 back as frozen dataclasses that turn into JSON with ``pgenough.jsonable.as_json``.
 Repairs go only through the core's documented operations (``retry_job``, ``retry_dead``,
-``cancel_job``, ``rescue_expired``), each in its own transaction.
+``discard_job``, ``requeue_stuck``), each in its own transaction.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pgenough.core import (
     JOB_STATES,
     JobRecord,
     QueueStats,
+    job_failures,
+    jobs_by_payload,
     list_jobs,
     named_queries,
     queue_stats,
@@ -115,7 +118,13 @@ async def overview(conn: AsyncConn, window: float = DEFAULT_WINDOW) -> Overview:
         row = await fcur.fetchone()
     assert row is not None  # an aggregate: always one row
     at = row.pop("at")
-    failures = Failures(runs_failed=await count_failed_since(conn, window), **row)
+    jobs = await job_failures(conn, window)
+    failures = Failures(
+        runs_failed=await count_failed_since(conn, window),
+        **row,
+        jobs_dead=jobs.dead,
+        job_attempts_failed=jobs.attempts_failed,
+    )
     points = await throughput(conn, window)
     return Overview(at, window, providers, await queue_stats(conn), failures, points)
 
@@ -135,8 +144,9 @@ async def get_run(conn: AsyncConn, run_id: int) -> RunDetail | None:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(_Q["run_row_failures"], {"id": run_id, "limit": ROW_FAILURES_SHOWN})
         row_failures = [RowFailure(**r) for r in await cur.fetchall()]
-        await cur.execute(_Q["run_jobs"], {"id": run_id, "queue": PLANS_QUEUE, "kind": CHUNK_KIND})
-        jobs = [JobRecord(**r) for r in await cur.fetchall()]
+    jobs = await jobs_by_payload(
+        conn, queue=PLANS_QUEUE, kind=CHUNK_KIND, key="run_id", value=run_id
+    )
     fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
     return RunDetail(**fields, row_failures=row_failures, jobs=jobs)
 
@@ -144,13 +154,11 @@ async def get_run(conn: AsyncConn, run_id: int) -> RunDetail | None:
 def state_totals(counts: Sequence[QueueStats], queue: str | None = None) -> dict[str, int]:
     """Jobs per state of ``JOB_STATES`` (of one ``queue``, or all) from ``queue_stats``: the
     scheduled count among the ready, as ``list_jobs(state="ready")`` lists them."""
-    totals = dict.fromkeys(JOB_STATES, 0)
+    totals: dict[str, int] = dict.fromkeys(JOB_STATES, 0)
     for c in counts:
         if queue is None or c.queue == queue:
-            totals["ready"] += c.ready + c.scheduled
-            totals["running"] += c.running
-            totals["dead"] += c.dead
-            totals["cancelled"] += c.cancelled
+            for state, n in c.by_state().items():
+                totals[state] += n
     return totals
 
 

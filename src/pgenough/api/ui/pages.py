@@ -21,7 +21,7 @@ from pgenough.api.ui.deps import Authed, PagesDep, ui_router
 from pgenough.api.ui.errors import UiError, not_found
 from pgenough.api.ui.live import FeedFull
 from pgenough.api.ui.state import connection
-from pgenough.core import JOB_STATES, get_job, list_jobs, queue_stats
+from pgenough.core import JOB_STATES, get_job, list_jobs, parse_job_state, queue_stats
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.plans.runs import RunStatus
@@ -134,8 +134,11 @@ async def jobs(
     state = params.text("state", state).lower()
     queue = params.text("queue", queue)
     before_id = params.optional_id("before", before, "a job id")
-    if state and state not in JOB_STATES:
-        raise params.bad(f"state must be one of {', '.join(JOB_STATES)}")
+    if state:
+        try:
+            parse_job_state(state)
+        except ValueError as exc:
+            raise params.bad(str(exc)) from None
     limit = ui.config.jobs_page
     async with connection(ui) as conn:
         found = await list_jobs(

@@ -57,7 +57,7 @@ RETURNING queue
 TRUNCATE pgenough_enqueue_staging
 
 -- name: plan_each_claim
--- The claim loop's connection, while the loop holds it (see worker._hold): its prepared
+-- The claim loop's connection, while the loop holds it (see executor._Executor._hold): its prepared
 -- claims are planned at every execution, with their values and the table's current size,
 -- and never with a Sort, so the claim index's order is the only way to the first jobs.
 SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
@@ -103,7 +103,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- before, which stay in the claim index as dead entries for as long as an open snapshot
 -- (a held xmin horizon) keeps vacuum and index hinting from removing them. A job behind
 -- the position is found by the full ``claim`` the worker runs regularly and when this one
--- comes back short (see worker.py).
+-- comes back short (see executor.py).
 WITH done AS (
     DELETE FROM pgenough.jobs j
     USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempts)
@@ -206,7 +206,7 @@ SET state = 'ready',
 WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
 RETURNING id
 
--- name: cancel_job
+-- name: discard_job
 -- Operator: cancel a job that has not finished. A running job's handler can no longer
 -- complete it (its completion finds no claim), so transactional effects roll back.
 UPDATE pgenough.jobs
@@ -247,3 +247,72 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::pgenough.job_state)
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: requeue_stuck
+-- Take back claims whose lease expired (the worker died or hung). The attempt was counted at
+-- claim time; a job with no attempts left is dead-lettered instead of retried. Rows locked by
+-- a handler's completing transaction are skipped: that claim is about to finish.
+WITH expired AS (
+    SELECT id FROM pgenough.jobs
+    WHERE state = 'running' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgenough.jobs j
+SET state = CASE WHEN j.attempts >= j.max_attempts
+                 THEN 'dead' ELSE 'ready' END::pgenough.job_state,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    run_at = now(),
+    lease_until = NULL,
+    worker = NULL,
+    last_error = 'lease expired: worker ' || coalesce(j.worker, '?') || ' stopped heartbeating',
+    errors = jsonb_path_query_array(
+        j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'worker', j.worker,
+            'error', 'lease expired: worker stopped heartbeating')),
+        '$[last - 19 to last]')
+FROM expired
+WHERE j.id = expired.id
+RETURNING j.id, j.queue, j.state::text AS state
+
+-- name: delete_finished
+-- Remove dead and cancelled jobs past their retention, a batch at a time.
+DELETE FROM pgenough.jobs
+WHERE id IN (
+    SELECT id FROM pgenough.jobs
+    WHERE state IN ('dead', 'cancelled')
+      AND finished_at < now() - %(retention)s * interval '1 second'
+    LIMIT %(limit)s
+)
+
+-- name: jobs_dead_rows
+-- The jobs table's dead rows, as the statistics collector last counted them.
+SELECT coalesce(n_dead_tup, 0)
+FROM pg_stat_user_tables
+WHERE relid = 'pgenough.jobs'::regclass
+
+-- name: vacuum_jobs
+-- Reclaim the jobs table's dead rows now; a vacuum already running on it is not waited for.
+VACUUM (SKIP_LOCKED) pgenough.jobs
+
+-- name: job_failures_since
+-- What went wrong with jobs in the window: jobs dead-lettered, and failed attempts recorded
+-- (on jobs still kept: retrying or dead).
+SELECT
+    (SELECT count(*) FROM pgenough.jobs
+     WHERE state = 'dead' AND finished_at > now() - %(window)s * interval '1 second')
+        AS dead,
+    (SELECT count(*) FROM pgenough.jobs j, jsonb_array_elements(j.errors) e
+     WHERE j.last_error IS NOT NULL
+       AND (e ->> 'at')::timestamptz > now() - %(window)s * interval '1 second')
+        AS attempts_failed
+
+-- name: jobs_by_payload
+-- The jobs of a queue and kind whose payload has a key of a value (as text), oldest first:
+-- waiting, running, failing, dead or cancelled (completed ones are deleted).
+SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, run_at,
+       created_at, claimed_at, lease_until, worker, finished_at, dedupe_key, last_error, errors
+FROM pgenough.jobs
+WHERE queue = %(queue)s AND kind = %(kind)s AND payload ->> %(key)s::text = %(value)s::text
+ORDER BY id

@@ -1,0 +1,795 @@
+"""The executor: claims the jobs of one queue and runs their handlers; ``worker.py``'s
+``Worker`` is the process host that runs one executor per queue.
+
+Per queue, one loop claims with ``FOR UPDATE SKIP LOCKED`` and, in the same statement,
+acknowledges the jobs that finished since the last claim, so a busy worker spends one round
+trip and one commit per batch. Handlers run as asyncio tasks, at most ``concurrency`` at
+once. One
+listener connection per process (``notifier.py``) wakes the loop of the queue a NOTIFY names;
+without notifications it polls. Leases are extended by a
+heartbeat while handlers run; a worker that dies stops heartbeating and its claims are taken
+back by the rescuer (see ``maintenance.py``), which counts the attempt.
+
+Completion modes:
+
+- *batched* (default): a handler that returns normally is acknowledged in the next claim
+  statement. Its database effects, if any, are committed before that: at-least-once.
+- *transactional*: the handler calls ``complete(conn, job)`` in the transaction holding its
+  own writes; both commit together, exactly once. The batched acknowledgement that follows
+  finds nothing left to do.
+- *batch-transactional*: a ``BatchHandler`` gets the claimed jobs of its kind together
+  (up to ``batch_size``) with one pooled connection in one open transaction; the worker
+  completes all of them in that transaction (``complete_many``) and commits: exactly once,
+  one commit per batch. If the handler raises, the transaction rolls back and the batch is
+  bisected, each half in its own transaction, until the raising job fails alone through the
+  usual retry path. If a job's claim was lost meanwhile (reclaimed, cancelled), nothing of
+  that transaction commits: the handler runs again on the jobs still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeAlias, cast
+
+import psycopg
+from psycopg import pq
+from psycopg.adapt import Loader
+from psycopg.postgres import types as pg_types
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import maintenance, metrics, queue
+from pgenough.core.errors import GiveUp, LeaseLost, RetryIn, TaskTimeout
+from pgenough.core.job_states import JobState
+from pgenough.core.logcontext import context_with
+from pgenough.core.queue import (
+    DEFAULT_QUEUE,
+    Job,
+    PayloadLoader,
+    complete_many,
+)
+from pgenough.core.retry import Backoff, Reconnect
+
+# The worker's logger, as before the executor had a module of its own.
+log = logging.getLogger("pgenough.core.worker")
+
+Handler: TypeAlias = Callable[[Job], Awaitable[None]]
+BatchFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], Sequence[Job]], Awaitable[None]]
+
+DEFAULT_CONCURRENCY = 10
+DEFAULT_BATCH_SIZE = 10
+DEFAULT_LEASE = 30.0
+DEFAULT_POLL_INTERVAL = 2.0
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_STATS_INTERVAL = 10.0
+INTERRUPTED = "interrupted: the worker shut down before the handler finished"
+CLAIM_BACKOFF = Backoff(base=0.2, cap=10.0)
+"""Retries of a claim loop whose connection failed."""
+RESCAN_INTERVAL = 0.5
+"""Seconds a claim loop may claim past its last claimed position before it scans the claim
+index from the start again (see ``_Executor._claim``)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queue: str = DEFAULT_QUEUE
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Jobs whose handlers run at once (a batch counts each of its jobs)."""
+    batch_size: int = DEFAULT_BATCH_SIZE
+    """Most jobs taken by one claim."""
+    lease: float = DEFAULT_LEASE
+    """Seconds a claim stays ours without a heartbeat; heartbeats come every lease / 3."""
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    """Longest idle wait between claims when no notification arrives."""
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    """On stop, how long running handlers may take to finish before they are interrupted."""
+    stats_interval: float = DEFAULT_STATS_INTERVAL
+    backoff: Backoff = field(default_factory=Backoff)
+    maintenance: maintenance.MaintenanceConfig | None = field(
+        default_factory=maintenance.MaintenanceConfig
+    )
+    """Rescuer and cleaner duties (once per interval across workers); None disables them."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.batch_size < 1:
+            raise ValueError("concurrency and batch_size must be >= 1")
+        if min(self.lease, self.poll_interval, self.stats_interval) <= 0:
+            raise ValueError("lease, poll_interval and stats_interval must be positive")
+        if self.shutdown_timeout < 0:
+            raise ValueError("shutdown_timeout must be >= 0")
+
+
+@dataclass(frozen=True)
+class BatchHandler:
+    """A handler of many jobs at once, in one transaction: batch-transactional completion.
+
+    ``fn(conn, jobs)`` runs in a transaction open on ``conn`` (a pooled connection); when it
+    returns, the worker completes every one of ``jobs`` in that same transaction and
+    commits, so their effects and their completions commit together, exactly once. Its
+    effects should be database writes on ``conn``: when a batch is retried (a job raised
+    and the batch is bisected, or a claim was lost and the rest runs again) the rolled-back
+    writes vanish, but a mail sent or an HTTP call made happens again.
+
+    ``check(job)``, when given, runs on each job before its batch does: raising there fails
+    that job alone (``GiveUp`` dead-letters it), and the batch runs without it. ``backoff``
+    is the retry policy of a job that fails alone (None: the queue's).
+    """
+
+    fn: BatchFn
+    backoff: Backoff | None = None
+    check: Callable[[Job], object] | None = None
+
+
+@dataclass(frozen=True)
+class ThreadHandler:
+    """A blocking handler: ``fn(job)`` runs in a thread of its queue's own pool, which has
+    ``concurrency`` threads, so a blocking call (an ORM, an HTTP client) stalls no other job
+    and every job the claim admits starts at once.
+
+    Python cannot interrupt a thread, and a job is never run twice at the same time: so the
+    job of a running ``fn`` stays claimed, its lease renewed by the heartbeat, until ``fn``
+    returns, whatever happens meanwhile. Past ``timeout`` seconds (counted from the moment
+    ``fn`` starts) the worker logs it, and when ``fn`` returns the attempt fails with
+    ``TaskTimeout`` and is retried like any failure. On shutdown the worker waits for it
+    past ``shutdown_timeout``; if the process is killed instead, the lease expiry hands the
+    job on. ``backoff`` is its retry policy (None: the queue's).
+    """
+
+    fn: Callable[[Job], object]
+    timeout: float | None = None
+    backoff: Backoff | None = None
+
+
+AnyHandler: TypeAlias = Handler | BatchHandler | ThreadHandler
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+
+
+class _Executor:
+    """Claims and runs the jobs of one queue: its claim loop, its heartbeat, its handlers."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        handlers: Mapping[str, AnyHandler],
+        config: WorkerConfig,
+        *,
+        name: str,
+        rng: random.Random,
+    ) -> None:
+        self.pool = pool
+        self.handlers = handlers
+        self.config = config
+        self.name = name
+        self.stats = WorkerStats()
+        self._metrics = metrics.QueueMetrics(config.queue)
+        self._unreported = 0
+        """Completions counted in ``stats`` but not yet in the Prometheus counter: they are
+        added once per claim (``_report``), not once per job."""
+        self._rng = rng
+        self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._finishing = 0
+        """In-flight jobs of batches whose handler has returned and whose completion is
+        committing: they no longer count against concurrency (as a batched ack in ``_done``
+        does not), so the next claim overlaps that commit. (Should the commit fail, the batch
+        runs again in halves while the next claim's jobs run: briefly past concurrency.)"""
+        self._done: list[Job] = []
+        self._after: tuple[int, datetime, int] | None = None
+        """(priority, run_at, id) of the last job claimed, where the next claim starts."""
+        self._rescan_at = 0.0
+        """When (``time.monotonic()``) the next claim must scan from the start."""
+        self._rescan_pending = False
+        """The last claim came back short past the position without scanning from the
+        start: a job may wait behind the position until that scan."""
+        self.wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        """This queue's threads for ``ThreadHandler`` jobs, started on the first one."""
+        self._in_threads: dict[int, float] = {}
+        """Jobs whose function is running in a thread now, with when (monotonic) it began:
+        they are never cancelled or handed back (see ``ThreadHandler``)."""
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.wake.set()
+
+    def interrupt(self) -> None:
+        """Cancel the running async handlers (a plain function's thread runs on)."""
+        for job_id, (_, task) in list(self._inflight.items()):
+            if job_id not in self._in_threads:
+                task.cancel()
+        if self._in_threads:
+            log.warning(
+                "%s: %d plain function(s) still running cannot be interrupted (jobs %s);"
+                " their jobs stay claimed until they return: kill the process to abandon"
+                " them, and their leases expire",
+                self.name,
+                len(self._in_threads),
+                ", ".join(map(str, list(self._in_threads)[:10])),
+            )
+
+    async def run(self, until_idle: bool) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.name}:heartbeat")
+        try:
+            await self._claim_loop(until_idle)
+        finally:
+            try:
+                await self._shutdown()
+            finally:
+                self._report()
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+                if self._threads is not None:
+                    self._threads.shutdown(wait=False)  # idle: every function has returned
+
+    def _report(self) -> None:
+        if self._unreported:
+            self._metrics.completed.inc(self._unreported)
+            self._unreported = 0
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def _claim_loop(self, until_idle: bool) -> None:
+        conn: psycopg.AsyncConnection[Any] | None = None
+        restore: type[Loader] | None = None
+        reconnect = Reconnect(f"{self.name}: claim", CLAIM_BACKOFF, logger=log, rng=self._rng)
+        refill_at = max(1, min(self.config.batch_size, self.config.concurrency) // 2)
+        try:
+            while not self._stopping.is_set():
+                self._report()
+                free = self.config.concurrency - len(self._inflight) + self._finishing
+                if free < refill_at and self._inflight:
+                    # Refill in batches: one claim per finished handler would cost a round
+                    # trip and a commit per job.
+                    await self._wait(None)
+                    continue
+                limit = min(self.config.batch_size, free)
+                done, self._done = self._done, []
+                try:
+                    if conn is None or conn.closed:
+                        conn, restore = await self._hold()
+                    jobs = await self._claim(conn, done, limit)
+                    reconnect.succeeded()
+                except psycopg.OperationalError as exc:
+                    self._done = done + self._done
+                    delay = reconnect.failed(exc)
+                    if conn is not None:
+                        await self._unhold(conn, restore)
+                        conn = None
+                    await self._wait(delay)
+                    continue
+                self._dispatch(jobs)
+                if len(jobs) < limit:
+                    idle = not jobs and not self._inflight and not self._done
+                    if until_idle and idle:
+                        if not self._rescan_pending:
+                            return
+                        # Nothing past the position and nothing in flight: look from the
+                        # start now rather than at the next RESCAN_INTERVAL, or every drain
+                        # would end up to that much later than its last job.
+                        self._rescan_at = 0.0
+                        continue
+                    # Drained for now: sleep until a notification, a finished handler
+                    # (whose acknowledgement should not linger) or the poll interval; short
+                    # past the position, no later than the scan from the start.
+                    timeout = None if self._inflight else self.config.poll_interval
+                    if self._rescan_pending:
+                        rescan = max(0.0, self._rescan_at - time.monotonic())
+                        timeout = rescan if timeout is None else min(timeout, rescan)
+                    await self._wait(timeout)
+                else:
+                    await asyncio.sleep(0)  # let just-started handlers run before reclaiming
+        finally:
+            if conn is not None:
+                await self._flush_acks(conn)
+                await self._unhold(conn, restore)
+
+    async def _hold(self) -> tuple[psycopg.AsyncConnection[Any], type[Loader] | None]:
+        """The connection the claim loop keeps, set up for claiming: (it, its jsonb loader
+        to restore when it goes back to the pool).
+
+        Its claims are prepared (the claim is this loop's statement, run thousands of times a
+        second: parsing it each time costs backend CPU on every job, measured by
+        ``python -m bench.claim_plans`` in docs/benchmarks.md, "Queue in steady state") and
+        planned at each execution all the same (``plan_cache_mode``, this session only, for
+        as long as the loop holds it): never on a generic plan cached while the table was
+        empty (see ``_sql.PLAN_EACH_TIME``). And never with a Sort (``enable_sort``, likewise):
+        a vacuum that finds the table between two bursts records a few live rows in a table
+        and a claim index of thousands of pages, and with those statistics the planner
+        prices the index at dozens of pages a row and picks a Seq Scan and a Sort of the
+        whole table, at every execution, until the next ANALYZE; without a Sort, the claim
+        index's order is the only way to its first rows.
+        On a connection that does not prepare (``open_pool(prepared_statements=False)``,
+        behind a transaction pooler) the session is left alone and the claim sets
+        ``enable_sort`` for its own transaction instead (``_claim``). Payloads decode with
+        ``PayloadLoader`` (on a cursor per claim, registering would copy psycopg's loader map
+        each round trip).
+        """
+        conn = await self.pool.getconn()
+        try:
+            if conn.prepare_threshold is not None:  # else the claim sets it per transaction
+                await queue.hold_for_claims(conn)
+        except BaseException:
+            await self.pool.putconn(conn)
+            raise
+        return conn, _set_jsonb_loader(conn, PayloadLoader)
+
+    async def _unhold(
+        self, conn: psycopg.AsyncConnection[Any], restore: type[Loader] | None
+    ) -> None:
+        """Give the claim loop's connection back to the pool as it was."""
+        _set_jsonb_loader(conn, restore)
+        if not conn.closed and conn.prepare_threshold is not None:
+            # A broken connection fails here too; the pool discards it.
+            with contextlib.suppress(psycopg.Error):
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    await conn.rollback()  # else the pool would, and keep the settings
+                await queue.unhold_for_claims(conn)
+        await self.pool.putconn(conn)
+
+    async def _claim(
+        self, conn: psycopg.AsyncConnection[Any], done: list[Job], limit: int
+    ) -> list[Job]:
+        """Acknowledge ``done`` and claim up to ``limit`` jobs.
+
+        Every claimed job leaves a dead entry in the claim index, which vacuum and index
+        hinting remove only once no snapshot can see the row: while one is held open (a long
+        transaction anywhere in the database) a scan from the start of the index walks every
+        job claimed since, and each claim gets slower. So a claim starts past the last
+        claimed position (``claim_after``, within its priority), and one every
+        ``RESCAN_INTERVAL`` scans from the start (``claim``): a job behind the position (a
+        higher or lower priority, an earlier ``run_at``, a retry or a rescued claim come
+        due, a row skipped while locked) waits at most that long, and a scan that walks the
+        dead prefix runs at most that often.
+        """
+        now = time.monotonic()
+        full = self._after is None or not limit or now >= self._rescan_at
+        if full and limit:
+            self._rescan_at = now + RESCAN_INTERVAL
+        jobs = await queue.claim(
+            conn,
+            queue=self.config.queue,
+            worker=self.name,
+            lease=self.config.lease,
+            limit=limit,
+            done=done,
+            after=None if full else self._after,
+        )
+        self._rescan_pending = not full and len(jobs) < limit
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        if jobs:
+            last = jobs[-1]
+            self._after = (last.priority, last.run_at, last.id)
+            self._metrics.claimed.inc(len(jobs))
+            self.stats.claimed += len(jobs)
+        return jobs
+
+    async def _flush_acks(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Acknowledge what finished without claiming more (on the way out)."""
+        if not self._done:
+            return
+        done, self._done = self._done, []
+        try:
+            await self._claim(conn, done, 0)
+        except psycopg.OperationalError as exc:
+            # Their claims stay 'running' until the rescuer retries them: at-least-once.
+            log.error("%s: could not acknowledge %d finished job(s): %s", self.name, len(done), exc)
+
+    async def _wait(self, timeout: float | None) -> None:
+        # A timer that sets the event, not wait_for: that would start a task per wait, which
+        # at batch 1 (and after each notification) is a wait per job.
+        timer = None
+        if timeout is not None and not self.wake.is_set():
+            timer = asyncio.get_running_loop().call_later(timeout, self.wake.set)
+        try:
+            await self.wake.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self.wake.clear()
+
+    # -- running handlers -------------------------------------------------------------------
+
+    def _dispatch(self, jobs: list[Job]) -> None:
+        """One task per job, or per kind for the jobs of a batch handler."""
+        batches: dict[str, list[Job]] = {}
+        for job in jobs:
+            if isinstance(self.handlers.get(job.kind), BatchHandler):
+                batches.setdefault(job.kind, []).append(job)
+            else:
+                self._start(job)
+        for kind, batch in batches.items():
+            self._start_batch(kind, batch)
+
+    def _start(self, job: Job) -> None:
+        # Every line logged while the job runs (by the handler too) carries its id and queue.
+        context = context_with(job_id=job.id, queue=self.config.queue)
+        task = _start_task(self._run(job), f"{self.name}:job-{job.id}", context)
+        if not task.done():  # started eagerly, it may have finished (and been forgotten)
+            self._inflight[job.id] = (job, task)
+
+    async def _run(self, job: Job) -> None:
+        started = time.perf_counter()
+        handler = self.handlers.get(job.kind)
+        try:
+            if handler is None:
+                raise LookupError(f"no handler for job kind {job.kind!r} on this worker")
+            assert not isinstance(handler, BatchHandler)  # _dispatch runs those in batches
+            if isinstance(handler, ThreadHandler):
+                await self._run_in_thread(handler, job)
+            else:
+                await handler(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A handler may carry its own retry policy (a task does).
+            await self._failed(job, exc, getattr(handler, "backoff", None))
+        else:
+            self.stats.completed += 1
+            self._unreported += 1
+            self._done.append(job)
+        finally:
+            self._metrics.duration.observe(time.perf_counter() - started)
+            self._forget(job)
+
+    async def _run_in_thread(self, handler: ThreadHandler, job: Job) -> None:
+        """``handler.fn(job)`` in this queue's threads. Returns or raises once the function
+        has returned, even when cancelled meanwhile, unless it had not started yet (see
+        ``ThreadHandler``): its job must not be handed back, nor failed, while it runs."""
+        loop = asyncio.get_running_loop()
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.config.concurrency, thread_name_prefix=f"{self.name}-thread"
+            )
+        started: asyncio.Future[float] = loop.create_future()
+        context = contextvars.copy_context()  # the job's log context, as asyncio.to_thread
+
+        def call() -> object:
+            loop.call_soon_threadsafe(_resolve, started, time.monotonic())
+            return context.run(handler.fn, job)
+
+        future = self._threads.submit(call)
+        watch = asyncio.ensure_future(
+            self._watch_thread(handler, job, started, asyncio.wrap_future(future, loop=loop))
+        )
+        current = asyncio.current_task()
+        while True:
+            try:
+                # Shielded: cancelling this task must not cancel the wait for the thread.
+                await asyncio.shield(watch)
+                return
+            except asyncio.CancelledError:
+                if watch.cancelled() or future.cancel():  # the loop is closing, or it never ran
+                    watch.cancel()
+                    raise
+                if current is not None:
+                    current.uncancel()  # it runs: finish as if no one had asked
+
+    async def _watch_thread(
+        self,
+        handler: ThreadHandler,
+        job: Job,
+        started: asyncio.Future[float],
+        outcome: asyncio.Future[object],
+    ) -> None:
+        """Wait for a job's thread, from its start, and time it against ``handler.timeout``."""
+        began = await started
+        self._in_threads[job.id] = began
+        try:
+            if handler.timeout is None:
+                await outcome
+                return
+            left = handler.timeout - (time.monotonic() - began)
+            done, _ = await asyncio.wait({outcome}, timeout=max(0.0, left))
+            if done:
+                outcome.result()
+                return
+            log.warning(
+                "%s: job %d (%s) has run past its timeout of %gs; Python cannot interrupt a"
+                " thread: the job stays claimed until the function returns, then fails with"
+                " TaskTimeout",
+                self.name,
+                job.id,
+                job.kind,
+                handler.timeout,
+            )
+            try:
+                await outcome
+            except Exception as exc:
+                raise self._overdue(handler, job, began) from exc
+            raise self._overdue(handler, job, began)
+        finally:
+            del self._in_threads[job.id]
+
+    @staticmethod
+    def _overdue(handler: ThreadHandler, job: Job, began: float) -> TaskTimeout:
+        return TaskTimeout(
+            f"task {job.kind!r} ran past its timeout of {handler.timeout:g}s (its thread ran"
+            f" {time.monotonic() - began:.1f}s: Python cannot interrupt a thread)"
+        )
+
+    def _forget(self, job: Job) -> None:
+        """Take a finished job out of flight (unless its id is in flight for a newer claim)."""
+        entry = self._inflight.get(job.id)
+        if entry is not None and entry[0] is job:
+            del self._inflight[job.id]
+        self.wake.set()
+
+    async def _failed(self, job: Job, exc: Exception, backoff: Backoff | None) -> None:
+        """A job's attempt raised: retry it, dead-letter it, or note that it is lost."""
+        if isinstance(exc, TaskTimeout):
+            self._metrics.timed_out.inc()
+        if isinstance(exc, LeaseLost):
+            self.stats.lost += 1
+            log.warning("%s: job %d lost its claim before completing", self.name, job.id)
+        elif isinstance(exc, RetryIn):
+            await self._fail(job, str(exc), exc.seconds, give_up=False)
+        elif isinstance(exc, GiveUp):
+            await self._fail(job, f"gave up: {exc}", 0.0, give_up=True)
+        else:
+            log.warning(
+                "%s: job %d (%s) attempt %d failed: %r",
+                self.name,
+                job.id,
+                job.kind,
+                job.attempts,
+                exc,
+            )
+            delay = (backoff or self.config.backoff).delay(job.attempts, self._rng)
+            await self._fail(job, _describe(exc), delay, give_up=False)
+
+    # -- batch handlers: one transaction per batch --------------------------------------------
+
+    def _start_batch(self, kind: str, jobs: list[Job]) -> None:
+        handler = self.handlers[kind]
+        assert isinstance(handler, BatchHandler)
+        context = context_with(queue=self.config.queue, kind=kind, batch=len(jobs))
+        task = asyncio.create_task(
+            self._run_batch(handler, jobs),
+            name=f"{self.name}:batch-{jobs[0].id}+{len(jobs) - 1}",
+            context=context,
+        )
+        # Each job is in flight on its own (heartbeats, concurrency, shutdown), on one task.
+        for job in jobs:
+            self._inflight[job.id] = (job, task)
+
+    async def _run_batch(self, handler: BatchHandler, jobs: list[Job]) -> None:
+        started = time.perf_counter()
+        try:
+            runnable = jobs
+            if handler.check is not None:
+                runnable = []
+                for job in jobs:
+                    try:
+                        handler.check(job)
+                    except Exception as exc:
+                        await self._failed(job, exc, handler.backoff)
+                        self._forget(job)
+                    else:
+                        runnable.append(job)
+            await self._run_group(handler, runnable)
+        finally:
+            self._metrics.duration.observe(time.perf_counter() - started)
+            for job in jobs:  # the ones still here were interrupted
+                self._forget(job)
+
+    async def _run_group(self, handler: BatchHandler, jobs: list[Job]) -> None:
+        """Run ``jobs`` in one transaction; on a raise, bisect until the raising job fails
+        alone; on a lost claim, run again on the jobs still held."""
+        while jobs:
+            try:
+                held = await self._transact(handler, jobs)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if len(jobs) == 1:
+                    await self._failed(jobs[0], exc, handler.backoff)
+                    self._forget(jobs[0])
+                    return
+                log.info(
+                    "%s: a batch of %d %s job(s) raised %r; running it in halves",
+                    self.name,
+                    len(jobs),
+                    jobs[0].kind,
+                    exc,
+                )
+                half = len(jobs) // 2
+                await self._run_group(handler, jobs[:half])
+                await self._run_group(handler, jobs[half:])
+                return
+            lost = [j for j in jobs if j.id not in held]
+            if not lost:
+                self._metrics.completed.inc(len(jobs))
+                self.stats.completed += len(jobs)
+                for job in jobs:
+                    self._forget(job)
+                return
+            self.stats.lost += len(lost)
+            log.warning(
+                "%s: %d job(s) of a batch lost their claims before completing (%s);"
+                " rolled back, running the other %d again",
+                self.name,
+                len(lost),
+                ", ".join(str(j.id) for j in lost[:10]),
+                len(jobs) - len(lost),
+            )
+            for job in lost:
+                self._forget(job)
+            jobs = [j for j in jobs if j.id in held]
+
+    async def _transact(self, handler: BatchHandler, jobs: list[Job]) -> set[int]:
+        """``handler.fn`` and the completion of ``jobs`` in one transaction; the ids that were
+        still ours. It committed only if that is all of them."""
+        held: set[int] = set()
+        finishing = 0
+        try:
+            async with self.pool.connection() as conn, conn.transaction() as tx:
+                await handler.fn(conn, jobs)
+                finishing = len(jobs)
+                self._finishing += finishing
+                self.wake.set()
+                held = await complete_many(conn, jobs)
+                if len(held) < len(jobs):
+                    # A lost job's effect is its new owner's to commit (or, cancelled, no
+                    # one's); the others' may depend on it, so none of this one commits.
+                    raise psycopg.Rollback(tx)
+        finally:
+            self._finishing -= finishing
+        return held
+
+    async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
+        self._metrics.failed.inc()
+        self.stats.failed += 1
+        try:
+            async with self.pool.connection() as conn:
+                state = await queue.record_failure(conn, job, error[:2000], delay, give_up=give_up)
+        except psycopg.Error as exc:
+            # The claim stays 'running'; the rescuer takes it back when its lease expires.
+            log.error("%s: could not record failure of job %d: %s", self.name, job.id, exc)
+            return
+        if state is None:
+            log.warning(
+                "%s: job %d lost its claim before its failure was recorded", self.name, job.id
+            )
+        elif state == JobState.DEAD:
+            self._metrics.dead.inc()
+            log.error(
+                "%s: job %d (%s) is dead after %d attempt(s): %s",
+                self.name,
+                job.id,
+                job.kind,
+                job.attempts,
+                error,
+            )
+        else:
+            self._metrics.retried.inc()
+
+    async def _heartbeat(self) -> None:
+        interval = self.config.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            if self._inflight:
+                await self._beat()
+
+    async def _beat(self) -> None:
+        """Extend the leases of the jobs in flight (running, or a thread not yet returned)."""
+        ids = list(self._inflight)
+        try:
+            async with self.pool.connection() as conn:
+                extended = await queue.extend_leases(
+                    conn, ids, worker=self.name, lease=self.config.lease
+                )
+        except psycopg.OperationalError as exc:
+            log.warning("%s: heartbeat failed: %s", self.name, exc)
+            return
+        missing = [i for i in ids if i not in extended and i in self._inflight]
+        if missing:
+            log.debug(
+                "%s: heartbeat skipped %d job(s) (finishing or lost): %s",
+                self.name,
+                len(missing),
+                missing[:10],
+            )
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """Let running handlers finish; past ``shutdown_timeout`` cancel the async ones and,
+        once their coroutines have ended, give their claims back. A plain function's thread
+        cannot be cancelled: its job stays claimed, heartbeats going on, until it returns."""
+        if not self._inflight:
+            return
+        tasks = {task for _, task in self._inflight.values()}  # a batch's jobs share one
+        _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_timeout)
+        threads = {task for i, (_, task) in self._inflight.items() if i in self._in_threads}
+        stoppable = pending - threads
+        interrupted = [job for job, task in self._inflight.values() if task in stoppable]
+        for task in stoppable:
+            task.cancel()
+        if pending & threads:
+            log.warning(
+                "%s: %d plain function(s) still running after the shutdown timeout; Python"
+                " cannot interrupt a thread: waiting for them to return, their jobs stay"
+                " claimed (kill the process to abandon them: their leases expire)",
+                self.name,
+                len(pending & threads),
+            )
+        await asyncio.gather(*pending, return_exceptions=True)
+        try:
+            async with self.pool.connection() as conn:
+                await self._flush_acks(conn)  # first: an interrupted job may have finished
+                if interrupted:
+                    await self._hand_back(conn, interrupted)
+        except psycopg.OperationalError as exc:
+            # Their leases expire and the rescuer hands them out again: delayed, not lost.
+            log.error(
+                "%s: could not hand back %d job(s) on shutdown: %s",
+                self.name,
+                len(interrupted),
+                exc,
+            )
+
+    async def _hand_back(self, conn: psycopg.AsyncConnection[Any], jobs: list[Job]) -> None:
+        """Make interrupted claims runnable again at once (their attempt stays counted)."""
+        released = await queue.release_claims(conn, jobs, worker=self.name, error=INTERRUPTED)
+        if released:
+            log.warning("%s: released %d interrupted job(s)", self.name, released)
+
+
+_JSONB_OID = pg_types["jsonb"].oid
+
+
+def _set_jsonb_loader(
+    conn: psycopg.AsyncConnection[Any], loader: type[Loader] | None
+) -> type[Loader] | None:
+    """Register ``loader`` for text ``jsonb`` on ``conn``; return the one it replaces."""
+    # get_loader is typed with the Loader protocol, register_loader with the class.
+    previous = cast("type[Loader] | None", conn.adapters.get_loader(_JSONB_OID, pq.Format.TEXT))
+    if loader is not None:
+        conn.adapters.register_loader(_JSONB_OID, loader)
+    return previous
+
+
+if sys.version_info >= (3, 12):
+
+    def _start_task(
+        coro: Coroutine[Any, Any, None], name: str, context: contextvars.Context
+    ) -> asyncio.Task[None]:
+        """A task that takes its first step now, as its own current task and in its own
+        context, like any task's: a handler that finishes without suspending (a no-op, a
+        CPU-only one) is never scheduled on the loop, which is a good part of a short job's
+        cost. Python 3.11 has no eager start, so there every job is scheduled."""
+        loop = asyncio.get_running_loop()
+        return asyncio.Task(coro, loop=loop, name=name, context=context, eager_start=True)
+
+else:
+
+    def _start_task(
+        coro: Coroutine[Any, Any, None], name: str, context: contextvars.Context
+    ) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro, name=name, context=context)
+
+
+def _resolve(future: asyncio.Future[float], value: float) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,44 @@
+"""The one Python spelling of job states, against the SQL enum and its derived spellings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core import JOB_STATES, JobState, QueueStats, parse_job_state
+from pgenough.core.job_states import QUEUE_DEPTHS, SCHEDULED, depth_state
+from pgenough.core.metrics import QUEUE_STATES
+
+
+@pytest.mark.db
+async def test_job_state_is_the_sql_enum(db: AsyncConnectionPool) -> None:
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT enum_range(NULL::pgenough.job_state)::text[]")
+        row = await cur.fetchone()
+    assert row is not None
+    assert row[0] == [s.value for s in JobState]
+
+
+def test_derived_spellings() -> None:
+    assert tuple(JobState) == JOB_STATES
+    assert JOB_STATES == ("ready", "running", "dead", "cancelled")
+    counts = [f.name for f in dataclasses.fields(QueueStats)]
+    assert counts == ["queue", *QUEUE_DEPTHS, "oldest_ready_age"]
+    assert {depth_state(d) for d in QUEUE_DEPTHS} == set(JobState)
+    assert depth_state(SCHEDULED) is JobState.READY
+    assert set(QUEUE_STATES) == set(QUEUE_DEPTHS) - {JobState.CANCELLED}
+
+
+def test_by_state_counts_the_scheduled_as_ready() -> None:
+    stats = QueueStats(
+        "q", ready=1, scheduled=2, running=3, dead=4, cancelled=5, oldest_ready_age=0
+    )
+    assert stats.by_state() == {"ready": 3, "running": 3, "dead": 4, "cancelled": 5}
+
+
+def test_parse_job_state() -> None:
+    assert parse_job_state("dead") is JobState.DEAD
+    with pytest.raises(ValueError, match="state must be one of ready, running, dead, cancelled"):
+        parse_job_state("done")
