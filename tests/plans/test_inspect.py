@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import cancel_job, enqueue, get_job, queue_stats, repair
+from pgenough.core import discard_job, enqueue, get_job, queue_stats, repair
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.sim.server import SimServer
@@ -160,7 +160,7 @@ async def test_job_counts_per_queue_and_state(db: AsyncConnectionPool) -> None:
         await enqueue(conn, "noop", queue="ops", run_at=timedelta(hours=1))
         doomed = await enqueue(conn, "noop", queue="ops")
         assert doomed is not None
-        await cancel_job(conn, doomed)
+        await discard_job(conn, doomed)
         dead = await enqueue(conn, "noop", queue="mail")
         await conn.execute(
             "UPDATE pgenough.jobs SET state = 'dead', finished_at = now() WHERE id = %s", (dead,)

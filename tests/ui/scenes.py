@@ -19,7 +19,7 @@ from pgenough.core import (
     RetryIn,
     Worker,
     WorkerConfig,
-    cancel_job,
+    discard_job,
     enqueue,
     get_job,
 )
@@ -120,7 +120,7 @@ async def jobs(pool: AsyncConnectionPool) -> AsyncIterator[Jobs]:
         scheduled = await enqueue(conn, "noop", {"n": 2}, queue="ops", run_at=timedelta(minutes=5))
         cancelled = await enqueue(conn, "noop", {"n": 3}, queue="ops")
         assert cancelled is not None
-        await cancel_job(conn, cancelled)
+        await discard_job(conn, cancelled)
         running = await enqueue(conn, "hold", {"n": 4}, queue="slow")
     assert dead and ready and scheduled and running
 
