@@ -27,9 +27,10 @@ run: $(SERVICE_STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or 
 
 test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
 
-lint: $(TEST_STAMP)
+lint: $(TEST_STAMP)  ## lint-imports: the layers declared in pyproject.toml's [tool.importlinter].
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
+	$(BIN)/lint-imports
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
