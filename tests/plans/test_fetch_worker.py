@@ -190,7 +190,7 @@ async def test_a_lost_database_connection_in_once_is_one_line_and_a_failed_run(
             # Every connection of the worker's pool, as a network cut or a failover would.
             await conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name LIKE 'fetch-%%'"
+                " WHERE datname = current_database() AND application_name LIKE 'fetch-%%'"
             )
         code, out, err = finish(worker, 30)
     finally:
