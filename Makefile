@@ -36,8 +36,8 @@ typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
 # The suite in two passes: on PYTEST_WORKERS xdist processes, a database each (tests/conftest.py),
-# then alone the tests marked `serial` (they restart the server, or load the machine for
-# minutes). The serial pass runs even when the parallel one failed; the status is the first's.
+# then alone the tests marked `serial` (they restart the server, load the machine for minutes,
+# or assert a wall-clock bound). The serial pass runs even when the parallel one failed; the status is the first's.
 # Each prints its 25 slowest steps. A bare `pytest`, as a developer runs it, is one serial pass.
 PYTEST_WORKERS ?= 2
 PYTEST_OPTS    ?= --durations=25

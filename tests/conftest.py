@@ -3,8 +3,9 @@ otherwise on an embedded server under .pgenough-test/ (or PGENOUGH_TEST_DATA_DIR
 
 Under pytest-xdist (``make test`` runs ``-n 2``) each worker is a session of its own: it
 creates, migrates and drops its own database, named after the worker, on the one server the
-workers share. Tests that need the whole server (they restart it, or load the machine for
-minutes) are marked ``serial`` and run after the parallel pass, alone.
+workers share. Tests that need the whole server or machine (they restart it, load the
+machine for minutes, or assert a wall-clock bound) are marked ``serial`` and run after the
+parallel pass, alone.
 """
 
 from __future__ import annotations

@@ -170,6 +170,7 @@ async def test_sigterm_never_hands_back_a_running_function(
     assert "released" not in "\n".join(first.lines)
 
 
+@pytest.mark.serial  # a wall-clock bound: the parallel pass's load breaks it
 async def test_an_idle_worker_exits_within_its_shutdown_timeout_plus_a_second(
     db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:

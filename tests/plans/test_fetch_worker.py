@@ -251,6 +251,7 @@ def test_the_provider_simulator_exits_0_on_sigterm(env: dict[str, str]) -> None:
     assert code == 0, err
 
 
+@pytest.mark.serial  # a wall-clock bound: the parallel pass's load breaks it
 async def test_each_provider_is_fetched_once_per_interval_across_replicas(
     db: AsyncConnectionPool, env: dict[str, str], sim: SimServer
 ) -> None:
