@@ -41,7 +41,7 @@ typecheck: $(TEST_STAMP)
 # Each prints its 25 slowest steps. A bare `pytest`, as a developer runs it, is one serial pass.
 PYTEST_WORKERS ?= 2
 PYTEST_OPTS    ?= --durations=25
-PYTEST_PARALLEL = $(BIN)/pytest $(PYTEST_OPTS) -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL = $(BIN)/pytest $(PYTEST_OPTS) -n $(PYTEST_WORKERS)
 # The serial pass collects only the modules that mark a test `serial` (-m still selects).
 PYTEST_SERIAL   = $(BIN)/pytest $(PYTEST_OPTS) $$(grep -rl --include='*.py' 'mark.serial' tests)
 

