@@ -27,18 +27,35 @@ run: $(SERVICE_STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or 
 
 test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
 
-lint: $(TEST_STAMP)
+lint: $(TEST_STAMP)  ## lint-imports: the layers declared in pyproject.toml's [tool.importlinter].
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
+	$(BIN)/lint-imports
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
 
+# The suite in two passes: on PYTEST_WORKERS xdist processes, a database each (tests/conftest.py),
+# then alone the tests marked `serial` (they restart the server, load the machine for minutes,
+# or assert a wall-clock bound). The serial pass runs even when the parallel one failed; the status is the first's.
+# Each prints its 25 slowest steps. A bare `pytest`, as a developer runs it, is one serial pass.
+PYTEST_WORKERS ?= 2
+PYTEST_OPTS    ?= --durations=25
+PYTEST_PARALLEL = $(BIN)/pytest $(PYTEST_OPTS) -n $(PYTEST_WORKERS)
+# The serial pass collects only the modules that mark a test `serial` (-m still selects).
+PYTEST_SERIAL   = $(BIN)/pytest $(PYTEST_OPTS) $$(grep -rl --include='*.py' 'mark.serial' tests)
+
 pytest: $(TEST_STAMP)
-	$(BIN)/pytest
+	parallel=0; serial=0; \
+	$(PYTEST_PARALLEL) -m "not serial" || parallel=$$?; \
+	$(PYTEST_SERIAL) -m serial || serial=$$?; \
+	if [ $$parallel -ne 0 ]; then exit $$parallel; fi; exit $$serial
 
 test-db: $(TEST_STAMP)  ## Only the database tests (CI runs them again against DATABASE_URL).
-	$(BIN)/pytest -m db
+	parallel=0; serial=0; \
+	$(PYTEST_PARALLEL) -m "db and not serial" || parallel=$$?; \
+	$(PYTEST_SERIAL) -m "db and serial" || serial=$$?; \
+	if [ $$parallel -ne 0 ]; then exit $$parallel; fi; exit $$serial
 
 bench-queue: $(TEST_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

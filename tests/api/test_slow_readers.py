@@ -65,6 +65,7 @@ async def snapshots_held(pool: AsyncConnectionPool) -> int:
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgenough-api'"
+            " AND datname = current_database()"
             " AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()"
         )
         row = await cur.fetchone()

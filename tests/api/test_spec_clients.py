@@ -88,6 +88,7 @@ async def api_sessions(pool: AsyncConnectionPool) -> list[str]:
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT state FROM pg_stat_activity WHERE application_name = 'pgenough-api'"
+            " AND datname = current_database()"
             " AND (state LIKE 'idle in transaction%%' OR xact_start IS NOT NULL)"
             " AND pid <> pg_backend_pid()"
         )
@@ -218,6 +219,7 @@ async def test_a_database_lost_mid_stream_cuts_it_visibly(
                 cur = await conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE application_name = 'pgenough-api' AND xact_start IS NOT NULL"
+                    " AND datname = current_database()"
                     " AND pid <> pg_backend_pid()"
                 )
                 assert await cur.fetchall() == [(True,)]

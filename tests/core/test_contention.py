@@ -11,7 +11,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from tests.helpers.procs import Proc
 
-pytestmark = [pytest.mark.db, pytest.mark.slow]
+# serial: 8 processes on the machine's cores for minutes, alone (after the parallel pass).
+pytestmark = [pytest.mark.db, pytest.mark.slow, pytest.mark.serial]
 
 WORKERS = 8
 JOBS = 5_000

@@ -63,6 +63,8 @@ def test_two_processes_one_holder_and_kill_9_hands_over(
             with psycopg.connect(database_url) as conn:
                 return conn.execute(  # type: ignore[return-value]
                     "SELECT pid, granted FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database())"
                     " AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = %s",
                     (key,),
                 ).fetchall()

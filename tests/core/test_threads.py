@@ -170,6 +170,7 @@ async def test_sigterm_never_hands_back_a_running_function(
     assert "released" not in "\n".join(first.lines)
 
 
+@pytest.mark.serial  # a wall-clock bound: the parallel pass's load breaks it
 async def test_a_worker_exits_soon_after_its_shutdown_timeout(
     db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:

@@ -141,6 +141,7 @@ async def _effects(db: AsyncConnectionPool, n: int) -> bool:
     return int(await scalar(db, "SELECT count(*) FROM effects")) >= n
 
 
+@pytest.mark.serial  # a wall-clock bound: the parallel pass's load breaks it
 async def test_three_processes_of_five_queues_sweep_once_per_interval(
     db: AsyncConnectionPool, worker_env: dict[str, str]
 ) -> None:

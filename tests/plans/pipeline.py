@@ -167,6 +167,7 @@ async def advisory_holders(db: AsyncConnectionPool, name: str) -> list[int]:
     async with db.connection() as conn:
         cur = await conn.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = %s AND objid = %s AND objsubid = 1",
             (key >> 32, key & 0xFFFFFFFF),
         )

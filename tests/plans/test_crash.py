@@ -121,6 +121,7 @@ async def test_killed_fetch_worker_fails_its_run_and_a_later_fetch_succeeds(
     assert (await run_row(db, result.run_id))["status"] == "PROCESSED"
 
 
+@pytest.mark.serial  # restarts the server the other xdist workers use
 async def test_postgres_restart_mid_run_workers_reconnect_on_their_own(
     db: AsyncConnectionPool,
     big_sim: SimServer,

@@ -141,18 +141,27 @@ async def test_the_api_publishes_its_pressure_and_a_fetch_yields_to_it(
     async with serving(settings) as (_, client):
         assert await pressure_now(db) == 0.0  # an idle API reports nothing
 
+        fetched = asyncio.Event()
+
         async def search() -> None:
-            with contextlib.suppress(httpx.HTTPError):
-                await client.get("/search?limit=1")
+            # Until the fetch has ended: three searches alone may be over before a loaded
+            # machine starts the fetch, which would then see no pressure at all.
+            while not fetched.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    await client.get("/search?limit=1")
+                await asyncio.sleep(0.02)  # a refusal is immediate: no busy loop
 
         # One search holds the only slot, the next ones are refused: full pressure.
         load = [asyncio.create_task(search()) for _ in range(3)]
         await wait_until(lambda: _pressed(db), timeout=5, what="pressure published")
         assert await pressure_now(db) == 1.0
-        result = await fetch(
-            db, sim.url + "?version=1", config=FetchConfig(copy_batch=100, pacing=PACED)
-        )
-        await asyncio.gather(*load)
+        try:
+            result = await fetch(
+                db, sim.url + "?version=1", config=FetchConfig(copy_batch=100, pacing=PACED)
+            )
+        finally:
+            fetched.set()
+            await asyncio.gather(*load)
         assert result.paused_seconds > 0
     assert await pressure_now(db) == 0.0  # withdrawn at shutdown
 
