@@ -1,9 +1,8 @@
 """The event loop the ``pgenough`` commands run on.
 
 uvloop when it is installed (the ``service`` extra installs it, as ``uvicorn[standard]``
-would), else asyncio's own. Measured here it cut the API's CPU per cold search by about a
-tenth (1.50 -> 1.34 ms; docs/benchmarks.md, "API: the cost of one search") and a batch-1
-worker's client CPU per job by about as much; psycopg, psycopg_pool and uvicorn run on
+would), else asyncio's own: it costs less CPU per search and per job (measured in
+docs/benchmarks.md, "API: the cost of one search"); psycopg, psycopg_pool and uvicorn run on
 either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop (for a platform uvloop does not
 support, or to rule it out); ``uvloop`` insists on it. Library users of ``pgenough.core`` run
 whatever loop their application runs.
