@@ -23,6 +23,7 @@ async def publisher_pids(db: AsyncConnectionPool) -> list[int]:
     async with db.connection() as conn:
         cur = await conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgenough-api-pressure'"
+            " AND datname = current_database()"
         )
         return [row[0] for row in await cur.fetchall()]
 

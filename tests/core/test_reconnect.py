@@ -58,7 +58,7 @@ async def test_the_claim_loop_comes_back_after_its_backend_is_terminated(
         async with db.connection() as conn:
             await conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = 'claim-reconnect-test'"
+                " WHERE application_name = 'claim-reconnect-test' AND datname = current_database()"
             )
             second = await enqueue(conn, "noop", {})  # its notification wakes the claim loop
         await asyncio.wait_for(ran.wait(), WAIT)
@@ -141,6 +141,7 @@ async def test_a_subscription_retries_its_first_connect_when_asked(
                 cur = await conn.execute(
                     "SELECT count(*) FROM pg_stat_activity"
                     " WHERE application_name = 'pgenough-subscriber' AND query LIKE 'LISTEN%'"
+                    " AND datname = current_database()"
                 )
                 row = await cur.fetchone()
                 return row is not None and row[0] > 0
