@@ -72,8 +72,10 @@ async def test_the_claim_loop_comes_back_after_its_backend_is_terminated(
 
 
 async def test_periodic_claims_again_once_the_database_is_reachable(
-    database_url: str, caplog: pytest.LogCaptureFixture
+    db: AsyncConnectionPool, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """``db``: a migrated database with no periodic rows (first on an xdist worker, the
+    database would not be migrated yet)."""
     caplog.set_level(logging.WARNING, logger="pgenough.core.periodic")
     proxy = Proxy(database_url)
     await proxy.start()
