@@ -6,6 +6,8 @@ message; each first checks the login, that actions are enabled and the CSRF toke
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
@@ -14,7 +16,8 @@ from pgenough.api.ui.auth import FLASH_COOKIE, FLASH_MAX_AGE, BadForm, Flash, re
 from pgenough.api.ui.deps import UiDep, target, ui_router
 from pgenough.api.ui.errors import LoginRequired, forbidden
 from pgenough.api.ui.state import UiState, connection
-from pgenough.core import JobNotFound, repair
+from pgenough.core import JobNotFound, JobRecord, repair
+from pgenough.core.statements import AsyncConn
 
 router = ui_router()
 
@@ -50,28 +53,32 @@ def done(ui: UiState, form: dict[str, str], flash: Flash) -> Response:
     return response
 
 
-@router.post("/jobs/{job_id:int}/retry")
-async def retry(request: Request, ui: UiDep, job_id: int) -> Response:
+async def _on_job(
+    request: Request,
+    ui: UiDep,
+    job_id: int,
+    act: Callable[[AsyncConn, int], Awaitable[JobRecord]],
+    said: str,
+) -> Response:
+    """One operator action on one job, answered with a flash: ``said`` of the job, or why not."""
     form = await action(request, ui)
     params.checked_id("the job id", job_id, "a job id")
     try:
         async with connection(ui) as conn:
-            job = await repair.retry(conn, job_id)
+            job = await act(conn, job_id)
     except JobNotFound as exc:
         return done(ui, form, Flash("error", str(exc)))
-    return done(ui, form, Flash("ok", f"job {job.id} will run again now ({job.state})"))
+    return done(ui, form, Flash("ok", f"job {job.id} {said} ({job.state})"))
+
+
+@router.post("/jobs/{job_id:int}/retry")
+async def retry(request: Request, ui: UiDep, job_id: int) -> Response:
+    return await _on_job(request, ui, job_id, repair.retry, "will run again now")
 
 
 @router.post("/jobs/{job_id:int}/discard")
 async def discard(request: Request, ui: UiDep, job_id: int) -> Response:
-    form = await action(request, ui)
-    params.checked_id("the job id", job_id, "a job id")
-    try:
-        async with connection(ui) as conn:
-            job = await repair.discard(conn, job_id)
-    except JobNotFound as exc:
-        return done(ui, form, Flash("error", str(exc)))
-    return done(ui, form, Flash("ok", f"job {job.id} discarded ({job.state})"))
+    return await _on_job(request, ui, job_id, repair.discard, "discarded")
 
 
 @router.post("/jobs/retry-dead")
