@@ -1,0 +1,1 @@
+"""Integrations with frameworks pgenough's users already run (each an optional extra)."""

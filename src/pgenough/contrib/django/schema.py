@@ -1,0 +1,8 @@
+"""The schema tracks ``manage.py migrate`` brings up to date after the core's: the
+``django.tasks`` backend's results table, and nothing of the plan service."""
+
+from collections.abc import Sequence
+
+from pgenough.core import MigrationSet
+
+MIGRATIONS: Sequence[MigrationSet] = ()
