@@ -185,3 +185,19 @@ async def test_full_for_counts_while_every_slot_is_taken() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+async def test_a_client_gone_as_its_slot_is_handed_over_is_not_served() -> None:
+    """The cancel that arrives in the loop iteration the slot is handed over must win: on
+    Python 3.11 ``asyncio.wait_for`` returned the result instead and dropped the cancel, so
+    the request went on, holding the slot, for a client that had left."""
+    bulkhead = Bulkhead(1, max_wait=5.0)
+    held = bulkhead.slot()
+    await held.__aenter__()
+    waiter = asyncio.create_task(hold(bulkhead, asyncio.Event(), [], "gone"))
+    await asyncio.sleep(0.01)  # in line
+    await held.__aexit__(None, None, None)  # the slot goes to the waiter, without a yield
+    waiter.cancel()  # and its client disconnects in the same iteration
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiter, 2.0)
+    assert bulkhead.in_use == 0

@@ -76,8 +76,11 @@ class Bulkhead:
         self._peak = self.limit  # every slot taken and a line: full pressure (take_pressure)
         try:
             # shield: the timeout must not cancel the waiter itself, so that a slot handed
-            # over at the very moment the wait ends is seen (and taken) below.
-            await asyncio.wait_for(asyncio.shield(waiter), self.max_wait)
+            # over at the very moment the wait ends is seen (and taken) below. asyncio.timeout,
+            # not wait_for: on 3.11 wait_for returns the result and drops a cancel that comes
+            # as the waiter completes, and a client gone at the hand-over would be served.
+            async with asyncio.timeout(self.max_wait):
+                await asyncio.shield(waiter)
         except TimeoutError:
             if waiter.done():
                 return
