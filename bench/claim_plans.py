@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from bench.queue import RAW_OPTIONS
 
 from pgenough.core import migrate
 from pgenough.core._sql import load
@@ -96,9 +97,9 @@ def params_for(batch: int) -> dict[str, Any]:
 def drain(url: str, mode: str, jobs: int, batch: int) -> tuple[float, float, float]:
     """(jobs/s, seconds, backend CPU seconds per job) of one drain in ``mode``."""
     load_jobs(url, jobs)
-    # As the worker's claim loop holds its connection (worker._Executor._hold).
-    custom = "-c plan_cache_mode=force_custom_plan -c enable_sort=off"
-    options = custom if mode == "force_custom_plan" else ""
+    # As the worker's claim loop holds its connection (executor's _hold), and as the raw
+    # ceiling of bench.queue does.
+    options = RAW_OPTIONS if mode == "force_custom_plan" else ""
     prepare = False if mode == "unprepared" else None
     with psycopg.connect(url, autocommit=True, options=options) as conn:
         pid = conn.info.backend_pid
