@@ -139,7 +139,9 @@ class ServerThread:
     """``app`` on a real uvicorn server (the one ``pgenough api`` runs, configured as it
     configures it), on a thread with its own event loop."""
 
-    def __init__(self, app: FastAPI, proxies: TrustedProxies | None = None) -> None:
+    def __init__(
+        self, app: FastAPI, proxies: TrustedProxies | None = None, http: str = "auto"
+    ) -> None:
         self.app = app
         self.port = free_port()
         self.server = ApiServer(
@@ -152,6 +154,7 @@ class ServerThread:
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=2,
+                http=http,
             )
         )
         self.thread = threading.Thread(target=self.server.run, name="api-server", daemon=True)

@@ -73,17 +73,18 @@ async def snapshots_held(pool: AsyncConnectionPool) -> int:
         return int(row[0])
 
 
+@pytest.mark.parametrize("http", ["auto", "h11"])
 async def test_a_client_that_stops_reading_is_cut_within_the_stall_bound(
-    db: AsyncConnectionPool, database_url: str, caplog: pytest.LogCaptureFixture
+    db: AsyncConnectionPool, database_url: str, caplog: pytest.LogCaptureFixture, http: str
 ) -> None:
     """Not after the 120 s of the stream timeout: within the stall timeout, the slot, the
     connection and the snapshot are freed and the client's connection is reset (a close would
-    wait for it to read what is buffered, which it never does)."""
+    wait for it to read what is buffered, which it never does), on either HTTP parser."""
     await add_many(db, LARGE)
     stall = 1.0
     cut = metrics.STREAMS_CUT.labels("stall")
     before = cut._value.get()
-    async with server(database_url, api_stream_stall_timeout=stall) as api:
+    async with server(database_url, http, api_stream_stall_timeout=stall) as api:
         with stalled_get(api.port) as sock:
             assert sock.recv(1024).startswith(b"HTTP/1.1 200")
             await until(lambda: streaming_snapshot_open(db), "the stream holds its snapshot")

@@ -52,8 +52,10 @@ async def add_many(pool: AsyncConnectionPool, count: int) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def server(database_url: str, **overrides: Any) -> AsyncIterator[ServerThread]:
-    with ServerThread(api_app(api_settings(database_url, **overrides))) as running:
+async def server(
+    database_url: str, http: str = "auto", **overrides: Any
+) -> AsyncIterator[ServerThread]:
+    with ServerThread(api_app(api_settings(database_url, **overrides)), http=http) as running:
         yield running
 
 

@@ -8,8 +8,9 @@ graceful stop and to serve a socket bound beforehand (``pgenough.graceful``).
 The reset: uvicorn closes the connection of a response that ended early, and asyncio's close
 first waits until the client has read every byte buffered for it, which a client that stopped
 reading never does, so its socket and buffers would stay until the client goes. The server's
-HTTP protocol (httptools', which uvicorn picks when it is installed, as it is with pgenough)
-offers each request ``transport.abort`` as the ``answer.ABORT`` scope extension.
+HTTP protocol offers each request ``transport.abort`` as the ``answer.ABORT`` scope extension:
+httptools' (which uvicorn picks when it is installed, as it is with pgenough's service extra)
+and h11's (``--http h11`` to uvicorn, or an installation without httptools) alike.
 
 An event stream never finishes on its own, and uvicorn waits for every open response before
 it runs the lifespan's shutdown (where the streams would otherwise end): without this a
@@ -18,12 +19,14 @@ browser with the dashboard open would hold ``pgenough api`` up until it is kille
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from pgenough.api.answer import ABORT, IncompleteFilter
@@ -44,6 +47,27 @@ class ResettableHttpTools(HttpToolsProtocol):
         extensions[ABORT] = self.transport.abort
 
 
+class ResettableH11(H11Protocol):
+    """h11's protocol, with ``answer.ABORT`` in each request's scope extensions."""
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # A request's cycle is made here and its task only starts on the next turn of the
+        # loop: its scope can still be given the extension.
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and not cycle.response_complete:
+            extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
+            extensions[ABORT] = self.transport.abort
+
+
+PROTOCOLS: dict[str, type[asyncio.Protocol]] = {
+    "auto": ResettableHttpTools,  # uvicorn's own choice, since httptools is installed
+    "httptools": ResettableHttpTools,
+    "h11": ResettableH11,
+}
+"""The HTTP protocol for each of uvicorn's ``http`` choices."""
+
+
 def uvicorn_config(app: FastAPI, proxies: TrustedProxies, **options: Any) -> uvicorn.Config:
     """uvicorn's configuration for serving ``app``: ``options``, with ``X-Forwarded-For`` and
     ``X-Forwarded-Proto`` read from ``proxies`` only (uvicorn would trust 127.0.0.1, or its
@@ -53,8 +77,8 @@ def uvicorn_config(app: FastAPI, proxies: TrustedProxies, **options: Any) -> uvi
 
 class ApiServer(GracefulServer):
     def __init__(self, config: uvicorn.Config) -> None:
-        if config.http == "auto":  # uvicorn's own choice, since httptools is installed
-            config.http = ResettableHttpTools
+        if isinstance(config.http, str) and config.http in PROTOCOLS:
+            config.http = PROTOCOLS[config.http]
         super().__init__(config)
         logging.getLogger("uvicorn.error").addFilter(IncompleteFilter())
 
