@@ -1,8 +1,5 @@
 """The shop's tasks: registered on the project's shared pgenough app."""
 
-import threading
-import time
-
 from django.db.models import F
 
 from pgenough.contrib.django import app
@@ -24,6 +21,9 @@ async def ship(order_id: int) -> None:
 @app.task(queue="slow")
 def slow_receipt(order_id: int, seconds: float) -> None:
     """For the SIGTERM test: says it started, works ``seconds``, then counts its receipt."""
+    import threading
+    import time
+
     print(f"slow_receipt {order_id} started in {threading.current_thread().name}", flush=True)
     time.sleep(seconds)
     send_receipt(order_id)
