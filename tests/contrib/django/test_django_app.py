@@ -5,8 +5,10 @@ pgenough worker`` runs the installed apps' tasks on the ``DATABASES`` alias."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from pgenough.core.migrations import available
 from tests.contrib.django.conftest import DjangoProject
@@ -204,3 +206,43 @@ def test_a_plain_function_leaves_no_django_connection_open(django_project: Djang
         worker.popen.send_signal(signal.SIGTERM)
         worker.wait(60)
         worker.kill()
+
+
+def test_the_worker_connects_through_a_libpq_service(
+    django_project: DjangoProject, tmp_path: Path
+) -> None:
+    """``OPTIONS = {"service": ..., "sslmode": ...}`` and no HOST or NAME: the worker's
+    connection is what Django's own is (proj/settings_service.py)."""
+    migrated(django_project)
+    enqueue(
+        django_project,
+        "o = Order.objects.create(email='a@example.com', total_cents=1)",
+        "send_receipt.enqueue(conn(), order_id=o.id)",
+    )
+    params = conninfo_to_dict(django_project.url)
+    services = tmp_path / "pg_service.conf"
+    services.write_text(
+        "[shop]\n" + "".join(f"{k}={v}\n" for k, v in params.items() if k != "sslmode")
+    )
+    env = {
+        **django_project.env,
+        "DATABASE_URL": BOGUS_URL,
+        "PGSERVICEFILE": str(services),
+        "DJANGO_SETTINGS_MODULE": "proj.settings_service",
+    }
+    done = django_project.manage("pgenough", "worker", "--until-idle", env=env)
+    assert done.returncode == 0, done.stderr
+    assert [r for _, _, r in orders(django_project)] == [1]
+    check = django_project.manage("check", env={**env, "SHOP_QUEUE_ALIAS": "lite"})
+    assert check.returncode == 1
+    assert "pgenough.E001" in check.stderr
+    for alias, message in [
+        ("lite", "pgenough needs PostgreSQL; DATABASES['lite'] is sqlite"),
+        ("nosuch", "DATABASES has no alias 'nosuch'"),
+    ]:
+        done = django_project.manage(
+            "pgenough", "worker", "--until-idle", env={**env, "SHOP_QUEUE_ALIAS": alias}
+        )
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr

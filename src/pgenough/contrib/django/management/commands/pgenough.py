@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from pgenough.contrib.django import conf, worker
+from pgenough.contrib.django import conf, db, worker
 from pgenough.core import PgenoughError, WorkerConfig
 from pgenough.core.worker_options import MAX_CONCURRENCY, parse_queues
 
@@ -50,6 +50,9 @@ def _bounded(kind: type[int] | type[float], low: float, high: float | None) -> A
 
 class Command(BaseCommand):
     help = "pgenough for this project: `worker` runs the tasks of the installed apps."
+    # pgenough's own configuration is checked first, into one line (exit 2); then the
+    # project's system checks run as for any command (``worker``).
+    requires_system_checks: list[str] = []
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
@@ -104,9 +107,11 @@ class Command(BaseCommand):
     def worker(self, options: dict[str, Any]) -> None:
         try:
             settings = conf.get_settings()
+            db.conninfo(settings.database)
             queues = parse_queues(options["queue"]) if options["queue"] else settings.queues
         except (ImproperlyConfigured, ValueError) as exc:
             raise CommandError(str(exc), returncode=USAGE) from None
+        self.check()
         config = WorkerConfig(
             concurrency=options["concurrency"] or settings.concurrency,
             batch_size=options["batch_size"] or settings.batch_size,
