@@ -5,6 +5,7 @@ pgenough worker`` runs the installed apps' tasks on the ``DATABASES`` alias."""
 from __future__ import annotations
 
 import signal
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -182,12 +183,17 @@ def test_sigterm_mid_task_lets_a_plain_function_finish_once(
     assert [r for _, _, r in orders(django_project)] == [1]
 
 
-def test_a_plain_function_leaves_no_django_connection_open(django_project: DjangoProject) -> None:
+def test_a_plain_function_leaves_no_django_connection_open_and_metrics_are_served(
+    django_project: DjangoProject,
+) -> None:
     """Django's connection of a worker thread is closed after each job
     (``close_old_connections``, CONN_MAX_AGE 0), not kept for the next one to reuse."""
     migrated(django_project)
-    worker = django_project.start("pgenough", "worker", "-q", "emails", "--concurrency", "1")
+    worker = django_project.start(
+        *("pgenough", "worker", "-q", "emails", "--concurrency", "1", "--metrics-port", "0")
+    )
     try:
+        metrics = worker.expect(lambda line: line.startswith("metrics at http://"), timeout=60)
         worker.expect(lambda line: "queues emails (1)" in line, timeout=60)
         enqueue(
             django_project,
@@ -202,6 +208,8 @@ def test_a_plain_function_leaves_no_django_connection_open(django_project: Djang
             " AND application_name NOT LIKE '%%worker-%%'"
         )
         assert others == []
+        with urllib.request.urlopen(metrics.removeprefix("metrics at "), timeout=10) as page:
+            assert b"pgenough_" in page.read()
     finally:
         worker.popen.send_signal(signal.SIGTERM)
         worker.wait(60)
