@@ -9,7 +9,6 @@ django.tasks backend's one task when ``pgenough.contrib.django.backend`` is ther
 from __future__ import annotations
 
 import importlib
-import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ from pgenough.contrib.django.registry import app
 from pgenough.core import PgenoughError, schema_version
 from pgenough.core.migrations import CORE, available
 from pgenough.core.worker import WorkerConfig, WorkerStats
-
-log = logging.getLogger("pgenough.contrib.django")
 
 
 class SchemaNotMigrated(PgenoughError):
