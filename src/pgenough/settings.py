@@ -32,6 +32,7 @@ from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core import maintenance as core_maintenance
 from pgenough.core import worker as core_worker
 from pgenough.core.db import database_url, default_data_dir
+from pgenough.core.worker_options import MAX_CONCURRENCY as MAX_CONCURRENCY
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 from pgenough.plans.defaults import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -53,9 +54,6 @@ if TYPE_CHECKING:
     from pgenough.plans.provider import ProviderConfig
 
 DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
-MAX_CONCURRENCY: Final = 10_000
-"""The most jobs or chunks a worker runs at once, per queue: the bound of every concurrency
-setting and option (each may hold a database connection)."""
 
 
 class ConfigFileError(PgenoughError):

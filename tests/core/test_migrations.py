@@ -38,3 +38,31 @@ async def test_concurrent_migrate_applies_each_migration_once(server_url: str) -
             await c.close()
     finally:
         drop_database(server_url, name)
+
+
+def test_migrate_on_a_sync_connection_joins_its_transaction(server_url: str) -> None:
+    """A Django migration runs on Django's sync connection, in its own transaction: the
+    schema commits with it, or not at all."""
+    name = f"pgenough_mig_{uuid.uuid4().hex[:8]}"
+    create_database(server_url, name)
+    url = with_database(server_url, name)
+    try:
+        with psycopg.connect(url) as conn:  # not autocommit: the caller's transaction
+            assert schema_version(conn) == 0
+            assert len(migrate(conn)) == len(available())
+            assert schema_version(conn) == available()[-1].version
+            conn.rollback()
+            assert schema_version(conn) == 0
+            migrate(conn)
+            conn.commit()
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert schema_version(conn) == available()[-1].version
+            assert migrate(conn) == []
+            conn.execute(
+                "INSERT INTO pgenough.schema_migrations (track, version, name)"
+                " VALUES ('core', 9999, 'future')"
+            )
+            with pytest.raises(MigrationError, match="newer than this pgenough"):
+                migrate(conn)
+    finally:
+        drop_database(server_url, name)

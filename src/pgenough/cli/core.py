@@ -38,7 +38,7 @@ from pgenough.core import (
     repair,
     schema_version,
 )
-from pgenough.settings import MAX_CONCURRENCY
+from pgenough.core.worker_options import MAX_CONCURRENCY, parse_queues
 
 
 def _service_layers() -> Sequence[MigrationSet]:
@@ -131,23 +131,10 @@ def _queue_option(values: list[str] | None) -> dict[str, int | None] | None:
     """``--queue NAME`` or ``--queue NAME=CONCURRENCY``, repeated; None when not given."""
     if not values:
         return None
-    queues: dict[str, int | None] = {}
-    for value in values:
-        name, sep, count = value.partition("=")
-        if not name or name in queues:
-            raise typer.BadParameter(
-                f"{value!r}: give each queue once, as NAME or NAME=N", param_hint="'--queue'"
-            )
-        if sep:
-            if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= MAX_CONCURRENCY:
-                raise typer.BadParameter(
-                    f"{value!r}: the concurrency must be 1 to {MAX_CONCURRENCY}",
-                    param_hint="'--queue'",
-                )
-            queues[name] = int(count)
-        else:
-            queues[name] = None
-    return queues
+    try:
+        return parse_queues(values)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--queue'") from None
 
 
 def worker_run(

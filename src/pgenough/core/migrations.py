@@ -6,7 +6,8 @@ per track, so a layer's schema evolves without the core knowing it exists.
 
 ``migrate`` applies the missing migrations of the given tracks in order, in one transaction,
 under a transaction-level advisory lock, so replicas that start together are safe: the first
-applies, the others wait and then find nothing left to do.
+applies, the others wait and then find nothing left to do. Both calls take a sync or an async
+psycopg connection (``statements.dual``): Django's migrations run on its sync one.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, LiteralString
+from typing import LiteralString
 
 import psycopg
 
 from pgenough.core.errors import MigrationError
 from pgenough.core.locks import lock_key
+from pgenough.core.statements import Atomic, Query, Steps, dual
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 MIGRATION_LOCK = "pgenough.migrate"
@@ -73,47 +75,50 @@ def available(source: MigrationSet = CORE) -> list[Migration]:
     return found
 
 
-async def schema_version(conn: psycopg.AsyncConnection[Any], track: str = CORE.track) -> int:
+@dual
+def schema_version(track: str = CORE.track) -> Steps[int]:
     """The highest applied migration of ``track``; 0 where pgenough has never migrated."""
-    cur = await conn.execute("SELECT to_regclass('pgenough.schema_migrations') IS NOT NULL")
-    row = await cur.fetchone()
-    if not row or not row[0]:
+    found = yield Query("SELECT to_regclass('pgenough.schema_migrations') IS NOT NULL")
+    if not found.rows or not found.rows[0][0]:
         return 0
-    cur = await conn.execute(
+    result = yield Query(
         "SELECT coalesce(max(version), 0) FROM pgenough.schema_migrations WHERE track = %(t)s",
         {"t": track},
     )
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return int(result.rows[0][0]) if result.rows else 0
 
 
-async def migrate(
-    conn: psycopg.AsyncConnection[Any], layers: Sequence[MigrationSet] = ()
-) -> list[Migration]:
-    """Bring the core's schema, then each layer's, up to date; return what was applied."""
-    applied: list[Migration] = []
+@dual
+def migrate(layers: Sequence[MigrationSet] = ()) -> Steps[list[Migration]]:
+    """Bring the core's schema, then each layer's, up to date; return what was applied.
+
+    On a sync connection it runs now, on an async one it returns a coroutine (as every
+    producer-side call does). In autocommit mode (pgenough's pools) it is a transaction of
+    its own; inside the caller's transaction (a Django migration's) it is a savepoint of it,
+    and the migration lock is then held until the caller commits."""
     try:
-        async with conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%(key)s)", {"key": lock_key(MIGRATION_LOCK)}
-            )
-            await conn.execute(_BOOTSTRAP)
-            for source in (CORE, *layers):
-                applied.extend(await _migrate_track(conn, source))
+        applied: list[Migration] = yield Atomic(_migrate_all(layers))
     except psycopg.Error as exc:
         raise MigrationError(f"migration failed: {exc}") from exc
     return applied
 
 
-async def _migrate_track(
-    conn: psycopg.AsyncConnection[Any], source: MigrationSet
-) -> list[Migration]:
+def _migrate_all(layers: Sequence[MigrationSet]) -> Steps[list[Migration]]:
+    yield Query("SELECT pg_advisory_xact_lock(%(key)s)", {"key": lock_key(MIGRATION_LOCK)})
+    yield Query(_BOOTSTRAP)
+    applied: list[Migration] = []
+    for source in (CORE, *layers):
+        applied.extend((yield from _migrate_track(source)))
+    return applied
+
+
+def _migrate_track(source: MigrationSet) -> Steps[list[Migration]]:
     migrations = available(source)
-    cur = await conn.execute(
+    result = yield Query(
         "SELECT version FROM pgenough.schema_migrations WHERE track = %(t)s",
         {"t": source.track},
     )
-    done = {int(r[0]) for r in await cur.fetchall()}
+    done = {int(r[0]) for r in result.rows}
     latest = migrations[-1].version if migrations else 0
     if done and max(done) > latest:
         raise MigrationError(
@@ -124,8 +129,8 @@ async def _migrate_track(
     for migration in migrations:
         if migration.version in done:
             continue
-        await conn.execute(migration.sql)
-        await conn.execute(
+        yield Query(migration.sql)
+        yield Query(
             "INSERT INTO pgenough.schema_migrations (track, version, name)"
             " VALUES (%(track)s, %(version)s, %(name)s)",
             {"track": source.track, "version": migration.version, "name": migration.name},

@@ -1,0 +1,74 @@
+"""A small Django project using pgenough, as docs/django.md shows it.
+
+The database comes from PROJECT_DATABASE_URL (else DATABASE_URL), parsed into DATABASES: the
+worker's queue is that alias, whatever DATABASE_URL says (the tests point DATABASE_URL
+elsewhere for the worker to show it)."""
+
+import os
+from pathlib import Path
+
+from psycopg.conninfo import conninfo_to_dict
+
+_db = conninfo_to_dict(os.environ.get("PROJECT_DATABASE_URL") or os.environ["DATABASE_URL"])
+
+SECRET_KEY = "tests-only"
+DEBUG = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "proj.urls"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "pgenough.contrib.django",
+    "shop",
+]
+if (Path(__file__).parents[1] / "reports").is_dir():  # the django.tasks example app
+    INSTALLED_APPS.append("reports")
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": _db.get("dbname", ""),
+        "USER": _db.get("user", ""),
+        "PASSWORD": _db.get("password", ""),
+        "HOST": _db.get("host", ""),
+        "PORT": _db.get("port", ""),
+    }
+}
+
+# pgenough: the queue lives in the "default" database.
+PGENOUGH = {
+    "DATABASE": "default",
+    "CONCURRENCY": 4,
+    "SHUTDOWN_TIMEOUT": 10,
+}
+
+# --- TASKS: the django.tasks backend (block owned by the djtasks helper) ---
+# --- end TASKS ---

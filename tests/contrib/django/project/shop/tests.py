@@ -1,0 +1,110 @@
+"""The shop's own Django tests (``manage.py test shop``): the test database has pgenough's
+schema (its migration ran there), a job commits with the view's transaction, and the admin
+shows the queue and guards its actions by permission."""
+
+from django.contrib.auth.models import Permission, User
+from django.db import connection, transaction
+from django.test import TestCase, TransactionTestCase
+
+from pgenough.contrib.django.models import DeadJob, Job
+from pgenough.core.orm import django_connection
+from shop.models import Order
+from shop.tasks import send_receipt
+
+
+class EnqueueTests(TestCase):
+    def test_a_view_enqueues_in_its_transaction(self) -> None:
+        response = self.client.get("/orders/", {"email": "ann@example.com"})
+        order_id = response.json()["order"]
+        job = Job.objects.get()
+        self.assertEqual((job.kind, job.queue, job.state), (send_receipt.name, "emails", "ready"))
+        self.assertEqual(job.payload, {"order_id": order_id})
+
+    async def test_an_async_view_enqueues_through_sync_to_async(self) -> None:
+        response = await self.async_client.get("/orders/async/", {"email": "bob@example.com"})
+        order_id = response.json()["order"]
+        job = await Job.objects.aget()
+        self.assertEqual(job.payload, {"order_id": order_id})
+
+
+class CommitTests(TransactionTestCase):
+    """Real commits: what another connection sees (the worker's)."""
+
+    def tearDown(self) -> None:
+        Job.objects.all().delete()  # unmanaged: Django's flush leaves pgenough's table alone
+
+    def jobs_seen_elsewhere(self) -> int:
+        import psycopg
+
+        from pgenough.contrib.django.db import conninfo
+
+        with psycopg.connect(conninfo(connection.alias)) as other:
+            row = other.execute("SELECT count(*) FROM pgenough.jobs").fetchone()
+        return int(row[0]) if row else 0
+
+    def test_the_job_exists_iff_the_transaction_commits(self) -> None:
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            order = Order.objects.create(email="cy@example.com", total_cents=5)
+            send_receipt.enqueue(django_connection(), order_id=order.id)
+            raise RuntimeError("payment refused")
+        self.assertEqual(self.jobs_seen_elsewhere(), 0)
+        self.client.get("/orders/", {"email": "cy@example.com"})
+        self.assertEqual(self.jobs_seen_elsewhere(), 1)
+
+
+class AdminTests(TestCase):
+    @classmethod
+    def setUpTestData(cls) -> None:
+        order = Order.objects.create(email="dee@example.com", total_cents=7)
+        send_receipt.enqueue(django_connection(), order_id=order.id)
+        with connection.cursor() as cur:  # as a worker leaves a job whose attempts are spent
+            cur.execute(
+                "UPDATE pgenough.jobs SET state = 'dead', attempts = max_attempts,"
+                " last_error = %s, errors = %s",
+                ["SMTPError: 554", '[{"attempt": 1, "error": "SMTPError: 554"}]'],
+            )
+        cls.job = Job.objects.get()
+        viewing = Permission.objects.filter(
+            content_type__app_label="pgenough", codename__in=["view_job", "view_deadjob"]
+        )
+        cls.viewer = User.objects.create_user("viewer", is_staff=True)
+        cls.viewer.user_permissions.set(viewing)
+        cls.operator = User.objects.create_user("operator", is_staff=True)
+        cls.operator.user_permissions.set(
+            [*viewing, *Permission.objects.filter(codename__in=["retry_job", "discard_job"])]
+        )
+
+    def act(self, user: User, action: str, url: str = "/admin/pgenough/deadjob/") -> str:
+        self.client.force_login(user)
+        self.client.post(url, {"action": action, "_selected_action": [self.job.id]})
+        return Job.objects.get(id=self.job.id).state
+
+    def test_the_pages_render(self) -> None:
+        self.client.force_login(self.viewer)
+        for url in (
+            "/admin/pgenough/job/",
+            "/admin/pgenough/job/?state__exact=dead&q=send_receipt",
+            "/admin/pgenough/deadjob/",
+            f"/admin/pgenough/job/{self.job.id}/change/",
+        ):
+            with self.subTest(url=url):
+                response = self.client.get(url)
+                self.assertEqual(response.status_code, 200)
+                self.assertContains(response, send_receipt.name)
+        detail = self.client.get(f"/admin/pgenough/job/{self.job.id}/change/")
+        self.assertContains(detail, "SMTPError: 554")
+        self.assertContains(detail, "order_id")
+        self.assertEqual(DeadJob.objects.count(), 1)
+
+    def test_no_add_change_or_delete(self) -> None:
+        self.client.force_login(self.operator)
+        self.assertEqual(self.client.get("/admin/pgenough/job/add/").status_code, 403)
+        self.assertNotContains(self.client.get("/admin/pgenough/job/"), "delete_selected")
+
+    def test_retry_needs_its_permission(self) -> None:
+        self.assertEqual(self.act(self.viewer, "retry"), "dead")
+        self.assertEqual(self.act(self.operator, "retry"), "ready")
+
+    def test_discard_needs_its_permission(self) -> None:
+        self.assertEqual(self.act(self.viewer, "discard", "/admin/pgenough/job/"), "dead")
+        self.assertEqual(self.act(self.operator, "discard", "/admin/pgenough/job/"), "cancelled")
