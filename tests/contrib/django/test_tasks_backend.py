@@ -1,0 +1,123 @@
+"""The django.tasks backend, in the test project on Django 5.2 (the backport) and Django 6:
+its Django test suite (``reports/tests.py``), and a worker process that runs what another
+process enqueued."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.contrib.django.conftest import PROJECT
+
+pytestmark = pytest.mark.db
+
+TIMEOUT = 240
+
+
+def manage(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), "manage.py", *args],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def test_the_reports_test_suite(django_python: Path, django_env: dict[str, str]) -> None:
+    done = manage(django_python, django_env, "test", "reports", "--noinput", "-v", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "\nOK" in done.stderr, done.stderr
+
+
+def test_system_checks_pass(django_python: Path, django_env: dict[str, str]) -> None:
+    done = manage(django_python, django_env, "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_system_checks_refuse_a_bad_configuration(
+    django_python: Path, django_env: dict[str, str]
+) -> None:
+    settings = (
+        "from proj.settings import *\n"
+        "TASKS['default']['OPTIONS'] = {'DATABASE': 'elsewhere', 'RETRIES': 3}\n"
+    )
+    (PROJECT / "proj" / "bad_tasks_settings.py").write_text(settings)
+    try:
+        env = {**django_env, "DJANGO_SETTINGS_MODULE": "proj.bad_tasks_settings"}
+        done = manage(django_python, env, "check")
+    finally:
+        (PROJECT / "proj" / "bad_tasks_settings.py").unlink()
+    assert done.returncode != 0
+    assert "pgenough.tasks.E001" in done.stderr and "'RETRIES'" in done.stderr, done.stderr
+    assert "pgenough.tasks.E002" in done.stderr and "'elsewhere'" in done.stderr, done.stderr
+
+
+ENQUEUE = """
+import json
+from django.db import transaction
+from reports import tasks
+with transaction.atomic():
+    ids = {
+        "add": tasks.add.enqueue(20, 22).id,
+        "fail": tasks.fail.enqueue().id,
+        "urgent": tasks.urgent.enqueue("urgent").id,
+        "context": tasks.look_at_myself.enqueue().id,
+    }
+with transaction.atomic():
+    tasks.noop.enqueue()
+    transaction.set_rollback(True)
+print(json.dumps(ids))
+"""
+
+READ = """
+import json, os
+from django.db import connection
+from reports import tasks
+out = {}
+for name, result_id in json.loads(os.environ["RESULT_IDS"]).items():
+    r = tasks.add.get_backend().get_result(result_id)
+    out[name] = {
+        "status": str(r.status),
+        "value": r.return_value if r.status == "SUCCESSFUL" else None,
+        "errors": [e.exception_class_path for e in r.errors],
+        "attempts": r.attempts,
+    }
+with connection.cursor() as cur:
+    cur.execute("SELECT count(*) FROM pgenough.jobs")
+    out["jobs_left"] = cur.fetchone()[0]
+print(json.dumps(out))
+"""
+
+
+def test_a_worker_process_runs_what_another_process_enqueued(
+    django_python: Path, django_env: dict[str, str]
+) -> None:
+    migrated = manage(django_python, django_env, "migrate", "--noinput")
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    enqueued = manage(django_python, django_env, "shell", "-c", ENQUEUE)
+    assert enqueued.returncode == 0, enqueued.stderr
+    ids = json.loads(enqueued.stdout.strip().splitlines()[-1])
+
+    # A stand-in for `manage.py pgenough worker --until-idle` (the djapp helper's command).
+    worked = manage(django_python, django_env, "reports_worker")
+    assert worked.returncode == 0, worked.stdout + worked.stderr
+    assert "completed=4 failed=0" in worked.stdout, worked.stdout + worked.stderr
+
+    read = manage(django_python, {**django_env, "RESULT_IDS": json.dumps(ids)}, "shell", "-c", READ)
+    assert read.returncode == 0, read.stderr
+    seen = json.loads(read.stdout.strip().splitlines()[-1])
+    assert seen.pop("jobs_left") == 0  # the rolled-back enqueue left no job
+    assert seen["add"] == {"status": "SUCCESSFUL", "value": 42, "errors": [], "attempts": 1}
+    assert seen["urgent"]["status"] == "SUCCESSFUL"
+    assert seen["context"]["value"]["status_seen"] == "RUNNING"
+    assert seen["fail"] == {
+        "status": "FAILED",
+        "value": None,
+        "errors": ["builtins.ValueError"],
+        "attempts": 1,
+    }
