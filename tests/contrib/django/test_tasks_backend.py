@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,22 +40,65 @@ def test_system_checks_pass(django_python: Path, django_env: dict[str, str]) -> 
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+BAD_SETTINGS = {
+    "options": (
+        "TASKS['default']['OPTIONS'] = {'DATABASE': 'elsewhere', 'RETRIES': 3}\n",
+        ["pgenough.tasks.E001", "'RETRIES'", "pgenough.tasks.E002", "'elsewhere'"],
+    ),
+    "sqlite": (
+        "DATABASES['lite'] = {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}\n"
+        "TASKS['default']['OPTIONS'] = {'DATABASE': 'lite'}\n",
+        ["pgenough.tasks.E003", "sqlite; pgenough needs PostgreSQL"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SETTINGS))
 def test_system_checks_refuse_a_bad_configuration(
-    django_python: Path, django_env: dict[str, str]
+    case: str, django_python: Path, django_env: dict[str, str], tmp_path: Path
 ) -> None:
-    settings = (
-        "from proj.settings import *\n"
-        "TASKS['default']['OPTIONS'] = {'DATABASE': 'elsewhere', 'RETRIES': 3}\n"
-    )
-    (PROJECT / "proj" / "bad_tasks_settings.py").write_text(settings)
-    try:
-        env = {**django_env, "DJANGO_SETTINGS_MODULE": "proj.bad_tasks_settings"}
-        done = manage(django_python, env, "check")
-    finally:
-        (PROJECT / "proj" / "bad_tasks_settings.py").unlink()
+    lines, expected = BAD_SETTINGS[case]
+    (tmp_path / "bad_tasks_settings.py").write_text("from proj.settings import *\n" + lines)
+    env = {
+        **django_env,
+        "DJANGO_SETTINGS_MODULE": "bad_tasks_settings",
+        "PYTHONPATH": str(tmp_path),
+    }
+    done = manage(django_python, env, "check")
     assert done.returncode != 0
-    assert "pgenough.tasks.E001" in done.stderr and "'RETRIES'" in done.stderr, done.stderr
-    assert "pgenough.tasks.E002" in done.stderr and "'elsewhere'" in done.stderr, done.stderr
+    for text in expected:
+        assert text in done.stderr, done.stderr
+
+
+NO_FRAMEWORK = """
+import sys
+sys.modules["django.tasks"] = None  # as on Django 5.2 without the backport
+sys.modules["django_tasks"] = None
+import django
+from django.conf import settings
+OURS = "pgenough.contrib.django.backend.PgenoughBackend"
+settings.configure(TASKS={"default": {"BACKEND": OURS}})
+django.setup()
+from django.core.exceptions import ImproperlyConfigured
+from pgenough.contrib.django import app, backend
+assert backend.KIND in app.tasks
+print(backend.configured_queues())
+try:
+    backend.PgenoughBackend("default", {})
+except ImproperlyConfigured as exc:
+    print(exc)
+"""
+
+
+def test_the_module_imports_without_a_tasks_framework() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_FRAMEWORK], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    queues, error = done.stdout.strip().splitlines()
+    assert queues == "['default']"
+    assert error.startswith("TASKS['default']: pgenough's django.tasks backend needs")
+    assert "pgenough[django]" in error
 
 
 ENQUEUE = """

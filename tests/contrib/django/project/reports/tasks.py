@@ -81,3 +81,8 @@ def not_json() -> dict[str, Any]:
 @task
 def not_a_number() -> float:
     return float("nan")
+
+
+@task
+def always_retry() -> None:
+    raise RetryIn(0, "never done")

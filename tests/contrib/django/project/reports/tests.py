@@ -19,6 +19,7 @@ from django.utils import timezone
 from pgenough.contrib.django import backend as pgenough_backend
 from pgenough.contrib.django.schema import MIGRATIONS
 from pgenough.core import migrate
+from pgenough.core.orm import django_connection
 from reports import tasks
 from reports.management.commands.reports_worker import conninfo, run_until_idle
 from reports.models import Report
@@ -343,6 +344,30 @@ class WorkerTests(Schema, TransactionTestCase):
         self.assertEqual(result.return_value, 2)
         self.assertEqual(result.attempts, 2)
         self.assertEqual(result.errors[0].exception_class_path, "pgenough.core.errors.RetryIn")
+
+    def test_retries_end_in_failed_when_the_attempts_are_spent(self) -> None:
+        result = tasks.always_retry.enqueue()
+        self.work()
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        self.assertEqual(result.attempts, pgenough_backend.run_django_task.options.max_attempts)
+        self.assertIsNone(job_row(result.id))  # completed with its FAILED result, not dead
+
+    def test_the_pruning_job(self) -> None:
+        old, recent = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
+        self.work()
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE pgenough.django_task_results SET finished_at = now() - interval '8 days'"
+                " WHERE id = %s",
+                [int(old.id)],
+            )
+        pgenough_backend.prune_results.enqueue(django_connection())  # as its schedule does
+        self.work()
+        with self.assertRaises(TaskResultDoesNotExist):
+            old.refresh()
+        recent.refresh()
+        self.assertEqual(recent.return_value, 7)
 
     def test_higher_priority_runs_first(self) -> None:
         for name, priority in [("low", -5), ("high", 50), ("middle", 0)]:
