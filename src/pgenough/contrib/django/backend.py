@@ -99,8 +99,9 @@ class PgenoughBackend(_Base):  # type: ignore[misc]  # Django's class, untyped h
 
         self.validate_task(task)
         json_args, json_kwargs = _json_arguments(task, args, kwargs, self.alias)
+        run_after = _aware(task.run_after)
         runner = run_django_task.using(
-            queue=task.queue_name, priority=task.priority, run_at=_aware(task.run_after)
+            queue=task.queue_name, priority=task.priority, run_at=run_after
         )
         conn = self._connection()
         # One transaction for the job and its result: a savepoint in the caller's atomic
@@ -117,7 +118,7 @@ class PgenoughBackend(_Base):  # type: ignore[misc]  # Django's class, untyped h
                 task_path=task.module_path,
                 queue=task.queue_name,
                 priority=task.priority,
-                run_after=task.run_after,
+                run_after=run_after,
                 args=json_args,
                 kwargs=json_kwargs,
             )

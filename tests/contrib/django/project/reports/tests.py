@@ -203,6 +203,14 @@ class EnqueueTests(Schema, TestCase):
         with self.assertRaises(InvalidTask):
             await tasks.noop.using(queue_name="elsewhere").aenqueue()
 
+    def test_enqueue_logs(self) -> None:
+        framework = TaskResultStatus.__module__.split(".base")[0]  # django.tasks, django_tasks
+        with self.assertLogs(framework, level="DEBUG") as captured:
+            result = tasks.noop.enqueue()
+        self.assertEqual(len(captured.output), 1)
+        self.assertIn("enqueued", captured.output[0])
+        self.assertIn(result.id, captured.output[0])
+
     def test_check_passes(self) -> None:
         self.assertEqual(list(default_task_backend.check()), [])
 
@@ -335,6 +343,24 @@ class WorkerTests(Schema, TransactionTestCase):
                 self.assertIsNone(job_row(result.id))  # the job is done, not dead
         after.refresh()
         self.assertEqual(after.return_value, 2)
+
+    def test_a_task_that_cannot_be_loaded_fails(self) -> None:
+        result = tasks.noop.enqueue()
+        with connection.cursor() as cur:  # as after a deploy that removed the task
+            cur.execute(
+                "UPDATE pgenough.jobs SET payload = jsonb_set(payload, '{task}', %s::jsonb)",
+                ['"reports.tasks.gone"'],
+            )
+        stats = self.work()
+        self.assertEqual(stats.failed, 0)
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT status, errors -> 0 ->> 'exception_class_path'"
+                " FROM pgenough.django_task_results WHERE id = %s",
+                [int(result.id)],
+            )
+            self.assertEqual(cur.fetchone(), ("FAILED", "builtins.ImportError"))
+        self.assertIsNone(job_row(result.id))
 
     def test_retry_in_asks_for_another_attempt(self) -> None:
         result = tasks.retry_once.enqueue()
