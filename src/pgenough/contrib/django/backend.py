@@ -103,10 +103,10 @@ class PgenoughBackend(_Base):  # type: ignore[misc]  # Django's class, untyped h
         runner = run_django_task.using(
             queue=task.queue_name, priority=task.priority, run_at=run_after
         )
-        conn = self._connection()
         # One transaction for the job and its result: a savepoint in the caller's atomic
         # block (both commit or roll back with it), a transaction of its own in autocommit.
         with transaction.atomic(using=self.database):
+            conn = self._connection()
             job_id = runner.enqueue(
                 conn, task=task.module_path, args=json_args, kwargs=json_kwargs, backend=self.alias
             )
@@ -136,6 +136,17 @@ class PgenoughBackend(_Base):  # type: ignore[misc]  # Django's class, untyped h
         return self._result(row)
 
     # -- checks ------------------------------------------------------------------------------
+
+    def validate_task(self, task: Any) -> None:
+        """Django's checks (``InvalidTask``: a queue not in ``QUEUES``, a priority out of
+        range, a naive ``run_after``...), and one of pgenough's: a worker must be able to
+        import the task, which it cannot from a script's ``__main__``."""
+        super().validate_task(task)
+        if task.func.__module__ == "__main__":
+            raise fw.InvalidTask(
+                f"Task {task.func.__qualname__!r} is defined in __main__, which a worker"
+                " cannot import: define it in a module (e.g. your app's tasks.py)."
+            )
 
     def check(self, **kwargs: Any) -> Iterable[Any]:
         """Django's system checks (``manage.py check``) of this backend's configuration."""

@@ -25,10 +25,10 @@ from reports.management.commands.reports_worker import conninfo, run_until_idle
 from reports.models import Report
 
 try:
-    from django.tasks import TaskResultStatus, default_task_backend, task_backends
+    from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
 except ImportError:  # Django 5.2: the backport
-    from django_tasks import TaskResultStatus, default_task_backend, task_backends
+    from django_tasks import TaskResultStatus, default_task_backend, task, task_backends
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
 
@@ -167,6 +167,15 @@ class EnqueueTests(Schema, TestCase):
     def test_unknown_queue_is_refused(self) -> None:
         with self.assertRaisesMessage(InvalidTask, "Queue 'elsewhere' is not valid for backend"):
             tasks.noop.using(queue_name="elsewhere").enqueue()
+
+    def test_a_task_in_main_is_refused(self) -> None:
+        def in_a_script() -> None:
+            pass
+
+        in_a_script.__module__ = "__main__"
+        in_a_script.__qualname__ = "in_a_script"
+        with self.assertRaisesMessage(InvalidTask, "a worker cannot import"):
+            task(in_a_script)
 
     def test_arguments_that_are_not_json_are_refused(self) -> None:
         for args, kwargs in [
