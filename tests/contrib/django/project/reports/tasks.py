@@ -8,7 +8,8 @@ try:
 except ImportError:  # Django 5.2: the backport
     from django_tasks import task
 
-from pgenough.core import RetryIn
+from pgenough.core import RetryIn, discard_job
+from pgenough.core.orm import django_connection
 from reports.models import Report
 
 
@@ -86,3 +87,10 @@ def not_a_number() -> float:
 @task
 def always_retry() -> None:
     raise RetryIn(0, "never done")
+
+
+@task(takes_context=True)
+def discarded_while_running(context: Any) -> str:
+    """An operator cancels the job while it runs (``pgenough discard ID``)."""
+    discard_job(django_connection(), int(context.task_result.id))
+    return "done"

@@ -371,6 +371,13 @@ class WorkerTests(Schema, TransactionTestCase):
             self.assertEqual(cur.fetchone(), ("FAILED", "builtins.ImportError"))
         self.assertIsNone(job_row(result.id))
 
+    def test_the_outcome_commits_with_the_jobs_completion_or_not_at_all(self) -> None:
+        result = tasks.discarded_while_running.enqueue()
+        stats = self.work()
+        self.assertEqual(stats.lost, 1)  # completing it raised LeaseLost: rolled back
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.RUNNING)  # no SUCCESSFUL recorded
+
     def test_retry_in_asks_for_another_attempt(self) -> None:
         result = tasks.retry_once.enqueue()
         self.work()
