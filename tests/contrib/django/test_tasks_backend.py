@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.contrib.django.conftest import PROJECT
+PROJECT = Path(__file__).parent / "project"
 
 pytestmark = pytest.mark.db
 

@@ -5,12 +5,13 @@ and 6), so the manual cannot drift from what is tested."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from tests.contrib.django.conftest import PROJECT
 from tests.helpers.procs import ROOT
 
+PROJECT = Path(__file__).parent / "project"
 DOC = ROOT / "docs" / "django-tasks.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text("utf-8"), flags=re.DOTALL)
 SOURCES = {
