@@ -45,6 +45,10 @@ BAD_SETTINGS = {
         "TASKS['default']['OPTIONS'] = {'DATABASE': 'elsewhere', 'RETRIES': 3}\n",
         ["pgenough.tasks.E001", "'RETRIES'", "pgenough.tasks.E002", "'elsewhere'"],
     ),
+    "not-installed": (
+        "INSTALLED_APPS = [a for a in INSTALLED_APPS if a != 'pgenough.contrib.django']\n",
+        ["pgenough.tasks.E004", "'pgenough.contrib.django' is not in INSTALLED_APPS"],
+    ),
     "sqlite": (
         "DATABASES['lite'] = {'ENGINE': 'django.db.backends.sqlite3', 'NAME': ':memory:'}\n"
         "TASKS['default']['OPTIONS'] = {'DATABASE': 'lite'}\n",
