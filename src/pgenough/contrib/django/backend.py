@@ -230,8 +230,13 @@ class PgenoughBackend(_Base):  # type: ignore[misc]  # Django's class, untyped h
         return_value: Any = None,
         error: dict[str, str] | None = None,
     ) -> None:
-        from django.db import transaction
+        from django.db import connections, transaction
 
+        wrapper = connections[self.database]
+        if wrapper.connection is not None and wrapper.errors_occurred and not wrapper.is_usable():
+            # The task broke this thread's connection (the server restarted under it, say):
+            # its failure is still recorded, on a new one, rather than retried.
+            wrapper.close()
         conn = self._connection()
         with transaction.atomic(using=self.database):
             results.finish(conn, job.id, status, return_value=return_value, error=error)

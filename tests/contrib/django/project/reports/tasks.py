@@ -8,6 +8,8 @@ try:
 except ImportError:  # Django 5.2: the backport
     from django_tasks import task
 
+from django.db import connection
+
 from pgenough.core import RetryIn, discard_job
 from pgenough.core.orm import django_connection
 from reports.models import Report
@@ -94,3 +96,9 @@ def discarded_while_running(context: Any) -> str:
     """An operator cancels the job while it runs (``pgenough discard ID``)."""
     discard_job(django_connection(), int(context.task_result.id))
     return "done"
+
+
+@task
+def lose_the_connection() -> None:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pg_backend_pid())")

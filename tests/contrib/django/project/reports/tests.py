@@ -333,9 +333,15 @@ class WorkerTests(Schema, TransactionTestCase):
             (tasks.not_json.enqueue(), TypeError, "Unsupported type"),
             (tasks.not_a_number.enqueue(), ValueError, "Out of range float values"),
         ]
+        lost = tasks.lose_the_connection.enqueue()
         after = tasks.add.enqueue(1, 1)
 
         self.work(concurrency=1)
+
+        lost.refresh()
+        self.assertEqual(lost.status, TaskResultStatus.FAILED)
+        self.assertEqual(lost.errors[0].exception_class_path, "django.db.utils.OperationalError")
+        self.assertEqual(lost.attempts, 1)
 
         for result, exception, message in cases:
             with self.subTest(result.task):
