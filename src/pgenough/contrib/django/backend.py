@@ -306,11 +306,13 @@ def run_django_task(
 ) -> None:
     """The pgenough task of every Django task: runs ``task`` (its module path) with
     ``args`` and ``kwargs`` through the ``TASKS`` alias ``backend``, in a worker thread."""
+    from django.core.exceptions import ImproperlyConfigured
+
     if fw.PACKAGE is None:
         raise GiveUp(fw.INSTALL_HINT)
     try:
         owner = fw.task_backends[backend]
-    except Exception as exc:  # Django's InvalidTaskBackend, or the backend's own error
+    except ImproperlyConfigured as exc:  # Django's InvalidTaskBackend: no such alias now
         raise GiveUp(f"TASKS[{backend!r}]: {exc}") from exc
     if not isinstance(owner, PgenoughBackend):
         raise GiveUp(f"TASKS[{backend!r}] is {type(owner).__name__}, not {BACKEND_PATH}")

@@ -384,6 +384,19 @@ class WorkerTests(Schema, TransactionTestCase):
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.RUNNING)  # no SUCCESSFUL recorded
 
+    def test_a_job_of_a_tasks_alias_that_is_gone_is_dead_lettered(self) -> None:
+        result = tasks.noop.enqueue()
+        with connection.cursor() as cur:
+            cur.execute('UPDATE pgenough.jobs SET payload = payload || \'{"backend": "gone"}\'')
+        self.work()
+        with connection.cursor() as cur:
+            cur.execute("SELECT state::text, last_error FROM pgenough.jobs")
+            state, error = cur.fetchone()
+        self.assertEqual(state, "dead")
+        self.assertIn("TASKS['gone']", error)
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.READY)
+
     def test_retry_in_asks_for_another_attempt(self) -> None:
         result = tasks.retry_once.enqueue()
         self.work()
