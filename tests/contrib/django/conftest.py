@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgenough.contrib.django.schema import MIGRATIONS
+from pgenough.core import migrate
 from pgenough.core.db import create_database, drop_database, with_database
 from tests.helpers import pyenvs
 from tests.helpers.procs import Proc
@@ -91,3 +93,20 @@ def django_project(server_url: str, django_python: Path) -> Iterator[DjangoProje
     finally:
         drop_database(server_url, name)
         drop_database(server_url, f"test_{name}")  # left by an interrupted `manage.py test`
+
+
+@pytest.fixture
+async def django_env(server_url: str) -> AsyncIterator[dict[str, str]]:
+    """The environment of the project's subprocesses on a fresh database already migrated
+    (the core's and the Django tracks), for tests that are not about ``manage.py migrate``;
+    dropped afterwards."""
+    name = f"pgenough_django_{uuid.uuid4().hex[:12]}"
+    create_database(server_url, name)
+    url = with_database(server_url, name)
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await migrate(conn, MIGRATIONS)
+        yield {**project_env(url), "DJANGO_SETTINGS_MODULE": "proj.settings"}
+    finally:
+        drop_database(server_url, name)
+        drop_database(server_url, f"test_{name}")

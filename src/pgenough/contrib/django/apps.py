@@ -20,3 +20,7 @@ class PgenoughConfig(AppConfig):
         # Every process (web, shell, test runner, worker) imports each installed app's
         # tasks.py, so the shared app knows every task wherever jobs are run from.
         autodiscover_modules("tasks")
+        # The django.tasks backend's one task, on the shared app wherever jobs run; and on
+        # Django 6 its system checks are registered once django.tasks is imported, which
+        # the backend module does (it imports without a Tasks framework too).
+        import pgenough.contrib.django.backend  # noqa: F401

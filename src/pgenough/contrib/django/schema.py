@@ -3,6 +3,7 @@
 
 from collections.abc import Sequence
 
+from pgenough.contrib.django.results import TRACK as TASK_RESULTS
 from pgenough.core import MigrationSet
 
-MIGRATIONS: Sequence[MigrationSet] = ()
+MIGRATIONS: Sequence[MigrationSet] = (TASK_RESULTS,)

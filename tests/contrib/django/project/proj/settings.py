@@ -5,8 +5,8 @@ worker's queue is that alias, whatever DATABASE_URL says (the tests point DATABA
 elsewhere for the worker to show it)."""
 
 import os
-from pathlib import Path
 
+import django
 from psycopg.conninfo import conninfo_to_dict
 
 _db = conninfo_to_dict(os.environ.get("PROJECT_DATABASE_URL") or os.environ["DATABASE_URL"])
@@ -27,8 +27,9 @@ INSTALLED_APPS = [
     "pgenough.contrib.django",
     "shop",
 ]
-if (Path(__file__).parents[1] / "reports").is_dir():  # the django.tasks example app
-    INSTALLED_APPS.append("reports")
+INSTALLED_APPS.append("reports")  # the django.tasks example app
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")  # the backport's app: its system checks
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -70,5 +71,12 @@ PGENOUGH = {
     "SHUTDOWN_TIMEOUT": 10,
 }
 
-# --- TASKS: the django.tasks backend (block owned by the djtasks helper) ---
-# --- end TASKS ---
+# django.tasks (Django 6; the django-tasks backport on 5.2): jobs of the pgenough queue, run by
+# `manage.py pgenough worker`, their results in the same database (docs/django-tasks.md).
+TASKS = {
+    "default": {
+        "BACKEND": "pgenough.contrib.django.backend.PgenoughBackend",
+        "QUEUES": ["default", "reports"],
+        "OPTIONS": {"DATABASE": "default"},
+    }
+}
