@@ -36,8 +36,11 @@ def sqlalchemy_connection(session: Session | Connection) -> psycopg.Connection[A
     """The psycopg connection of a SQLAlchemy ``Session`` or ``Connection``, in its
     transaction (begun now if it was not, as SQLAlchemy's autobegin would): the work done
     on it commits with ``session.commit()`` / ``conn.commit()``, or not at all."""
+    from sqlalchemy.engine import Connection
     from sqlalchemy.orm import Session
 
+    if not isinstance(session, Session | Connection):
+        raise _wrong_adapter(session, "sqlalchemy_connection", "await sqlalchemy_async_connection")
     conn = session.connection() if isinstance(session, Session) else session
     if not conn.in_transaction():
         conn.begin()
@@ -49,8 +52,10 @@ async def sqlalchemy_async_connection(
 ) -> psycopg.AsyncConnection[Any]:
     """``sqlalchemy_connection`` for SQLAlchemy's asyncio ``AsyncSession`` or
     ``AsyncConnection``."""
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+    if not isinstance(session, AsyncSession | AsyncConnection):
+        raise _wrong_adapter(session, "sqlalchemy_async_connection", "sqlalchemy_connection")
     conn = await session.connection() if isinstance(session, AsyncSession) else session
     if not conn.in_transaction():
         await conn.begin()
@@ -73,6 +78,19 @@ def django_connection(using: str | None = None) -> psycopg.Connection[Any]:
         )
     wrapper.ensure_connection()
     return _psycopg(wrapper.connection, psycopg.Connection, "psycopg2 or another driver")
+
+
+def _wrong_adapter(given: object, called: str, instead: str) -> TypeError:
+    """A sync session given to the async adapter or the other way round (or no SQLAlchemy
+    object at all): said with the call that fits, not as an attribute missing further in."""
+    kind = type(given)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if name.startswith("sqlalchemy."):
+        return TypeError(f"{called}() got a SQLAlchemy {kind.__name__}: use {instead}(...) for it")
+    return TypeError(
+        f"{called}() takes a SQLAlchemy Session or Connection"
+        f"{'' if called == 'sqlalchemy_connection' else ' (asyncio)'}, not {name}"
+    )
 
 
 def _psycopg(raw: Any, kind: type[_C], driver: str) -> _C:
