@@ -56,6 +56,10 @@ DEFAULT_CONFIG_FILE: Final = "pgenough.toml"
 MAX_CONCURRENCY: Final = 10_000
 """The most jobs or chunks a worker runs at once, per queue: the bound of every concurrency
 setting and option (each may hold a database connection)."""
+MAX_BATCH_SIZE: Final = 1000
+"""The most jobs one claim of ``pgenough worker run`` takes (``--batch-size``,
+``PGENOUGH_WORKER_BATCH_SIZE``): a claim and its acknowledgement carry every id in one
+statement, and a batch task's call gets its items in one transaction."""
 
 
 class ConfigFileError(PgenoughError):
@@ -147,6 +151,13 @@ class Settings(BaseSettings):
         ge=1,
         le=MAX_CONCURRENCY,
         description="Jobs (the process worker: chunks) run at once per queue, 1..10000.",
+    )
+    worker_batch_size: int = Field(
+        default=core_worker.DEFAULT_BATCH_SIZE,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="Most jobs one claim of `pgenough worker run` takes, and so most items a"
+        " batch task gets per call (also bounded by the concurrency), 1..1000.",
     )
     worker_lease: float = Field(
         default=core_worker.DEFAULT_LEASE, gt=0, description="Seconds; heartbeat every 1/3."
@@ -519,6 +530,7 @@ class Settings(BaseSettings):
     def worker_config(self, **overrides: object) -> WorkerConfig:
         values: dict[str, object] = {
             "concurrency": self.worker_concurrency,
+            "batch_size": self.worker_batch_size,
             "lease": self.worker_lease,
             "poll_interval": self.worker_poll_interval,
             "shutdown_timeout": self.worker_shutdown_timeout,

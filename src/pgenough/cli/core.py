@@ -38,7 +38,7 @@ from pgenough.core import (
     repair,
     schema_version,
 )
-from pgenough.settings import MAX_CONCURRENCY
+from pgenough.settings import MAX_BATCH_SIZE, MAX_CONCURRENCY
 
 
 def _service_layers() -> Sequence[MigrationSet]:
@@ -174,6 +174,15 @@ def worker_run(
             help=f"Jobs run at once per queue, 1..{MAX_CONCURRENCY} (default: settings).",
         ),
     ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_BATCH_SIZE,
+            help=f"Most jobs one claim takes, 1..{MAX_BATCH_SIZE}: a batch task gets at most"
+            " this many (and no more than the concurrency) per call (default: settings, 10).",
+        ),
+    ] = None,
     shutdown_timeout: Annotated[
         float | None,
         typer.Option(
@@ -202,6 +211,8 @@ def worker_run(
     overrides: dict[str, object] = {}
     if shutdown_timeout is not None:
         overrides["shutdown_timeout"] = shutdown_timeout
+    if batch_size is not None:
+        overrides["batch_size"] = batch_size
     config = settings.worker_config(**overrides)
     _serve_metrics(settings, metrics_port)
     log = logging.getLogger("pgenough.cli")
@@ -218,10 +229,11 @@ def worker_run(
             needed = sum(c.concurrency for c in worker.configs) + 2 * len(worker.configs) + 3
             await pool.resize(pool.min_size, max(pool.max_size, needed))
             log.info(
-                "%s: %d task(s); queues %s",
+                "%s: %d task(s); queues %s; batch size %d",
                 name,
                 len(app.tasks),
                 ", ".join(f"{c.queue} ({c.concurrency})" for c in worker.configs),
+                config.batch_size,
             )
             stats = await worker.run(until_idle=until_idle, handle_signals=True)
             log.info(
