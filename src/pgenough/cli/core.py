@@ -1,13 +1,14 @@
 """The messaging core's commands: ``migrate``, ``worker run``, and inspecting and repairing
-jobs (``jobs``, ``job``, ``retry``, ``discard``, ``requeue-stuck``). They work where only the
-core is installed."""
+jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``). They work
+where only the core is installed (``failures`` adds the plan service's failed runs where it
+is installed)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any
 
 import typer
 
@@ -38,6 +39,7 @@ from pgenough.core import (
     repair,
     schema_version,
 )
+from pgenough.core.statements import AsyncConn
 from pgenough.settings import MAX_BATCH_SIZE, MAX_CONCURRENCY
 
 
@@ -290,6 +292,48 @@ def job_cmd(
         _fail(f"job {job_id} not found (completed jobs are deleted; it may have finished)")
     run_of = _run_of()
     _show(job, as_json, lambda: render.job_detail(job, _now(), run_of))
+
+
+def failures_cmd(
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs and runs.")
+    ] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Failing jobs with their last error (dead, or waiting to retry), and, where the plan
+    service is installed, the runs that failed in the last hour."""
+    failed_runs = _failed_runs()
+
+    async def both(conn: AsyncConn) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "jobs": await list_jobs(conn, queue=queue, failing=True, limit=limit)
+        }
+        if failed_runs is not None:
+            window, runs = failed_runs
+            found.update(window=window, runs=await runs(conn, limit=limit))
+        return found
+
+    found = _inspect("failures", both)
+    if "runs" not in found:  # a core-only install: jobs are all there is
+        _show(found, as_json, lambda: render.jobs_table(found["jobs"], _now()))
+        return
+    _show(
+        found,
+        as_json,
+        lambda: render.failures(found["jobs"], found["runs"], found["window"], _now()),
+    )
+
+
+def _failed_runs() -> tuple[float, Callable[..., Awaitable[Any]]] | None:
+    """The plan service's failed runs query and its window, None where only the core is
+    installed (failing jobs are the core's; runs are the plan service's, and their tables
+    exist only where ``pgenough migrate`` has the service's layers to apply)."""
+    if not _service_layers():
+        return None
+    from pgenough.plans import inspect
+
+    return inspect.DEFAULT_WINDOW, inspect.failed_runs
 
 
 def retry_cmd(
