@@ -12,10 +12,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy import create_engine
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from pgenough.core import (
@@ -31,6 +30,7 @@ from pgenough.core import (
     publish,
 )
 from pgenough.core.orm import sqlalchemy_async_connection, sqlalchemy_connection
+from tests.core.test_orm import sa_async_engine, sa_engine
 
 app = App()
 
@@ -49,13 +49,6 @@ class View:
 async def record_views(conn: psycopg.AsyncConnection[Any], views: list[View]) -> None: ...
 
 
-def _sa_url(url: str, async_: bool = False) -> str:
-    p = conninfo_to_dict(url)
-    auth = p.get("user", "") + (f":{p['password']}" if p.get("password") else "")
-    host = f"{p.get('host', '')}:{p.get('port', 5432)}"
-    return f"postgresql+psycopg://{auth}@{host}/{p['dbname']}"
-
-
 # -- 1. the SQLAlchemy adapter of the other kind --------------------------------------------------
 
 
@@ -63,7 +56,7 @@ def _sa_url(url: str, async_: bool = False) -> str:
 async def test_the_sync_adapter_given_an_async_session_names_the_async_one(
     database_url: str,
 ) -> None:
-    engine = create_async_engine(_sa_url(database_url))
+    engine = sa_async_engine(database_url)
     try:
         async with AsyncSession(engine) as session:
             with pytest.raises(
@@ -83,7 +76,7 @@ async def test_the_sync_adapter_given_an_async_session_names_the_async_one(
 async def test_the_async_adapter_given_a_sync_session_names_the_sync_one(
     database_url: str,
 ) -> None:
-    engine = create_engine(_sa_url(database_url))
+    engine = sa_engine(database_url)
     try:
         with (
             Session(engine) as session,
