@@ -4,6 +4,7 @@ never migrated (sync and async, in a transaction and in autocommit)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import warnings
 from collections.abc import Iterator
@@ -14,8 +15,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session, async_sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from pgenough.core import (
     App,
@@ -96,6 +97,34 @@ async def test_the_async_adapter_given_a_sync_session_names_the_sync_one(
         engine.dispose()
     with pytest.raises(TypeError, match="takes a SQLAlchemy Session or Connection, not builtins"):
         sqlalchemy_connection("postgresql://")  # type: ignore[arg-type]
+
+
+@pytest.mark.db
+async def test_a_scoped_session_is_taken_for_the_session_it_holds(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    engine = sa_engine(database_url)
+    scoped = scoped_session(sessionmaker(engine))
+    try:
+        conn = sqlalchemy_connection(scoped)  # type: ignore[arg-type]
+        assert isinstance(conn, psycopg.Connection)
+        assert send_receipt.enqueue(conn, 1) is not None  # in the session's transaction
+        scoped.rollback()  # so the job goes with it
+        async with db.connection() as check:
+            assert await list_jobs(check) == []
+    finally:
+        scoped.remove()
+        engine.dispose()
+    async_engine = sa_async_engine(database_url)
+    async_scoped = async_scoped_session(
+        async_sessionmaker(async_engine), scopefunc=asyncio.current_task
+    )
+    try:
+        aconn = await sqlalchemy_async_connection(async_scoped)  # type: ignore[arg-type]
+        assert isinstance(aconn, psycopg.AsyncConnection)
+    finally:
+        await async_scoped.remove()
+        await async_engine.dispose()
 
 
 # -- 2. a forgotten await ---------------------------------------------------------------------
