@@ -255,3 +255,37 @@ def test_django_jobs_enqueued_in_atomic_run_without_a_commit(
         raise Rollback
     assert not Order.objects.exists()
     assert list_jobs(django_connection()) == []
+
+
+async def test_sqlalchemy_sessions_run_their_jobs_in_their_transaction(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
+    from pgenough.core.orm import sqlalchemy_async_connection, sqlalchemy_connection
+    from tests.core.test_orm import sa_async_engine, sa_engine
+
+    seen: list[Any] = []
+    app = make_app(seen)
+    engine = sa_engine(database_url)
+    try:
+        with Session(engine) as session:
+            app.tasks["plain"].enqueue(sqlalchemy_connection(session), 1)
+            report = run_jobs(sqlalchemy_connection(session), app)
+            assert report.completed_kinds == ["plain"]
+            session.rollback()
+    finally:
+        engine.dispose()
+    async_engine = sa_async_engine(database_url)
+    try:
+        async with AsyncSession(async_engine) as asession:
+            await app.tasks["coro"].enqueue(await sqlalchemy_async_connection(asession), 2)
+            report = await run_jobs(await sqlalchemy_async_connection(asession), app)
+            assert report.completed_kinds == ["coro"]
+            await asession.rollback()
+    finally:
+        await async_engine.dispose()
+    assert seen == [("plain", 1, ()), ("coro", 2)]
+    async with db.connection() as conn:
+        assert await list_jobs(conn) == []
