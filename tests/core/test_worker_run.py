@@ -432,3 +432,13 @@ async def test_batch_size_bounds_each_claim_and_so_each_batch(
         assert "batch size 3" in done.stderr
         sizes = sorted(int(n) for n in re.findall(r"tallied (\d+) item", done.stderr))
         assert sizes == [1, 3, 3], done.stderr
+
+
+def test_an_eager_app_under_a_worker_is_warned_about(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    done = run_pgenough(
+        {**worker_env, "PGENOUGH_EAGER": "1"}, "worker", "run", SPEC, "--until-idle"
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{SPEC} is eager (App(eager=True) or PGENOUGH_EAGER)" in done.stderr

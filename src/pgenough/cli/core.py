@@ -218,6 +218,12 @@ def worker_run(
     config = settings.worker_config(**overrides)
     _serve_metrics(settings, metrics_port)
     log = logging.getLogger("pgenough.cli")
+    if app.eager:
+        log.warning(
+            "%s is eager (App(eager=True) or PGENOUGH_EAGER): a job its tasks enqueue runs at"
+            " once in the enqueuing task, not on a worker; eager is for tests",
+            app_spec,
+        )
 
     async def main() -> int:
         name = f"worker-{uuid.uuid4().hex[:12]}"
