@@ -285,12 +285,13 @@ def test_the_operators_job_commands_work_on_the_core_alone(
     _check(core_venv.pgenough("migrate", env=env))
     with psycopg.connect(core_db, autocommit=True) as conn:
         row = conn.execute(
-            "INSERT INTO pgenough.jobs (kind, state, finished_at, attempts, max_attempts)"
-            " VALUES ('send', 'dead', now(), 3, 3) RETURNING id"
+            "INSERT INTO pgenough.jobs"
+            " (kind, state, finished_at, attempts, max_attempts, last_error)"
+            " VALUES ('send', 'dead', now(), 3, 3, 'Boom: no SMTP') RETURNING id"
         ).fetchone()
     assert row is not None
     job_id = str(row[0])
-    for args in (["jobs", "--state", "dead"], ["job", job_id], ["retry", job_id]):
+    for args in (["jobs", "--state", "dead"], ["job", job_id], ["failures"], ["retry", job_id]):
         result = core_venv.pgenough(*args, env=env)
         _check(result)
         assert job_id in result.stdout, (args, result.stdout)

@@ -32,6 +32,7 @@ from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core import maintenance as core_maintenance
 from pgenough.core import worker as core_worker
 from pgenough.core.db import database_url, default_data_dir
+from pgenough.core.worker_options import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from pgenough.core.worker_options import MAX_CONCURRENCY as MAX_CONCURRENCY
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 from pgenough.plans.defaults import (
@@ -145,6 +146,13 @@ class Settings(BaseSettings):
         ge=1,
         le=MAX_CONCURRENCY,
         description="Jobs (the process worker: chunks) run at once per queue, 1..10000.",
+    )
+    worker_batch_size: int = Field(
+        default=core_worker.DEFAULT_BATCH_SIZE,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="Most jobs one claim of `pgenough worker run` takes, and so most items a"
+        " batch task gets per call (also bounded by the concurrency), 1..1000.",
     )
     worker_lease: float = Field(
         default=core_worker.DEFAULT_LEASE, gt=0, description="Seconds; heartbeat every 1/3."
@@ -517,6 +525,7 @@ class Settings(BaseSettings):
     def worker_config(self, **overrides: object) -> WorkerConfig:
         values: dict[str, object] = {
             "concurrency": self.worker_concurrency,
+            "batch_size": self.worker_batch_size,
             "lease": self.worker_lease,
             "poll_interval": self.worker_poll_interval,
             "shutdown_timeout": self.worker_shutdown_timeout,

@@ -185,18 +185,20 @@ async def test_operator_actions_on_unknown_jobs_fail_clearly(db: AsyncConnection
         assert await retry_dead(conn) == 0
 
 
-async def test_unknown_kind_fails_the_attempt_with_a_clear_error(db: AsyncConnectionPool) -> None:
+async def test_unknown_kind_past_its_grace_is_dead_with_a_clear_error(
+    db: AsyncConnectionPool,
+) -> None:
     async with db.connection() as conn:
-        job_id = await enqueue(conn, "nobody-handles-this", None, max_attempts=1)
-    await Worker(db, {"t": lambda job: asyncio.sleep(0)}, WorkerConfig(maintenance=None)).run(
-        until_idle=True
-    )
+        job_id = await enqueue(conn, "nobody-handles-this", None, max_attempts=5)
+    config = WorkerConfig(maintenance=None, unhandled_grace=0)
+    worker = Worker(db, {"t": lambda job: asyncio.sleep(0)}, config, name="w1")
+    await worker.run(until_idle=True)
     async with db.connection() as conn:
         record = await get_job(conn, job_id)  # type: ignore[arg-type]
-    assert record is not None and record.state == "dead"
-    assert (
-        record.last_error
-        == "LookupError: no handler for job kind 'nobody-handles-this' on this worker"
+    assert record is not None and record.state == "dead" and record.attempts == 1
+    assert record.last_error == (
+        "no task named 'nobody-handles-this' on worker w1 (its tasks: t); handed back,"
+        " dead-lettered 0s after its enqueue"
     )
 
 
@@ -205,18 +207,22 @@ async def test_list_jobs_filters_by_state_queue_and_failure_and_pages_by_id(
 ) -> None:
     async with db.connection() as conn:
         ids = [await enqueue(conn, "t", n, queue="a" if n % 2 else "b") for n in range(6)]
-        doomed = await enqueue(conn, "nobody-handles-this", None, queue="a", max_attempts=1)
-        flaky = await enqueue(conn, "nobody-handles-this", None, queue="a", max_attempts=5)
+        doomed = await enqueue(conn, "boom", None, queue="a", max_attempts=1)
+        flaky = await enqueue(conn, "boom", None, queue="a", max_attempts=5)
         assert ids[0] is not None
         await discard_job(conn, ids[0])
-    # A worker for queue "a" only runs the unknown kinds: one dead, one waiting to retry.
+    # A worker for queue "a" only runs the failing kind: one dead, one waiting to retry.
     config = WorkerConfig(queue="a", maintenance=None)
     async with db.connection() as conn:
         await conn.execute(
             "UPDATE pgenough.jobs SET run_at = now() + interval '1 hour'"
             " WHERE kind = 't' AND queue = 'a'"
         )
-    await Worker(db, {}, config).run(until_idle=True)
+
+    async def boom(job: Job) -> None:
+        raise RuntimeError("boom")
+
+    await Worker(db, {"boom": boom}, config).run(until_idle=True)
 
     async with db.connection() as conn:
         everything = await list_jobs(conn)

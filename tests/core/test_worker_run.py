@@ -364,6 +364,8 @@ async def test_until_idle_drains_the_queues_and_exits_zero(
         ),
         ([SPEC, "--queue", "emails=0"], 2, "the concurrency must be 1 to 10000"),
         ([SPEC, "--queue", "emails", "--queue", "emails"], 2, "give each queue once"),
+        ([SPEC, "--batch-size", "0"], 2, "--batch-size"),
+        ([SPEC, "--batch-size", "1001"], 2, "less than or equal to 1000"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(
@@ -406,3 +408,37 @@ def test_worker_process_is_the_plan_services_app() -> None:
     assert set(process.app.tasks) == {"apply_chunk", "pgenough.plans.reap"}
     assert process.app.queues == ["plans"]
     assert [s.task.name for s in process.app.schedules] == ["pgenough.plans.reap"]
+
+
+async def test_batch_size_bounds_each_claim_and_so_each_batch(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    """``--batch-size 3``: seven jobs of a batch task run as batches of 3, 3 and 1 (the
+    default, 10, would have run them as one); the setting does the same."""
+    for args, env in (
+        (("--batch-size", "3"), {}),
+        ((), {"PGENOUGH_WORKER_BATCH_SIZE": "3"}),
+    ):
+        async with db.connection() as conn:
+            await conn.execute(taskapp.TALLIES_TABLE)
+            await conn.execute("TRUNCATE tallies")
+            await taskapp.tally.enqueue_many(conn, [{"n": n} for n in range(7)])
+        done = await asyncio.to_thread(
+            run_pgenough,
+            {**worker_env, **env},
+            *("worker", "run", SPEC, "--until-idle", "-q", f"{taskapp.TALLY_QUEUE}=10", *args),
+        )
+        assert done.returncode == 0, done.stderr
+        assert "batch size 3" in done.stderr
+        sizes = sorted(int(n) for n in re.findall(r"tallied (\d+) item", done.stderr))
+        assert sizes == [1, 3, 3], done.stderr
+
+
+def test_an_eager_app_under_a_worker_is_warned_about(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    done = run_pgenough(
+        {**worker_env, "PGENOUGH_EAGER": "1"}, "worker", "run", SPEC, "--until-idle"
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{SPEC} is eager (App(eager=True) or PGENOUGH_EAGER)" in done.stderr

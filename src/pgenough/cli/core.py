@@ -1,13 +1,14 @@
 """The messaging core's commands: ``migrate``, ``worker run``, and inspecting and repairing
-jobs (``jobs``, ``job``, ``retry``, ``discard``, ``requeue-stuck``). They work where only the
-core is installed."""
+jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``). They work
+where only the core is installed (``failures`` adds the plan service's failed runs where it
+is installed)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any
 
 import typer
 
@@ -38,7 +39,8 @@ from pgenough.core import (
     repair,
     schema_version,
 )
-from pgenough.core.worker_options import MAX_CONCURRENCY, parse_queues
+from pgenough.core.statements import AsyncConn
+from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 
 
 def _service_layers() -> Sequence[MigrationSet]:
@@ -161,6 +163,15 @@ def worker_run(
             help=f"Jobs run at once per queue, 1..{MAX_CONCURRENCY} (default: settings).",
         ),
     ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_BATCH_SIZE,
+            help=f"Most jobs one claim takes, 1..{MAX_BATCH_SIZE}: a batch task gets at most"
+            " this many (and no more than the concurrency) per call (default: settings, 10).",
+        ),
+    ] = None,
     shutdown_timeout: Annotated[
         float | None,
         typer.Option(
@@ -189,9 +200,17 @@ def worker_run(
     overrides: dict[str, object] = {}
     if shutdown_timeout is not None:
         overrides["shutdown_timeout"] = shutdown_timeout
+    if batch_size is not None:
+        overrides["batch_size"] = batch_size
     config = settings.worker_config(**overrides)
     _serve_metrics(settings, metrics_port)
     log = logging.getLogger("pgenough.cli")
+    if app.eager:
+        log.warning(
+            "%s is eager (App(eager=True) or PGENOUGH_EAGER): a job its tasks enqueue runs at"
+            " once in the enqueuing task, not on a worker; eager is for tests",
+            app_spec,
+        )
 
     async def main() -> int:
         name = f"worker-{uuid.uuid4().hex[:12]}"
@@ -205,10 +224,11 @@ def worker_run(
             needed = sum(c.concurrency for c in worker.configs) + 2 * len(worker.configs) + 3
             await pool.resize(pool.min_size, max(pool.max_size, needed))
             log.info(
-                "%s: %d task(s); queues %s",
+                "%s: %d task(s); queues %s; batch size %d",
                 name,
                 len(app.tasks),
                 ", ".join(f"{c.queue} ({c.concurrency})" for c in worker.configs),
+                config.batch_size,
             )
             stats = await worker.run(until_idle=until_idle, handle_signals=True)
             log.info(
@@ -265,6 +285,48 @@ def job_cmd(
         _fail(f"job {job_id} not found (completed jobs are deleted; it may have finished)")
     run_of = _run_of()
     _show(job, as_json, lambda: render.job_detail(job, _now(), run_of))
+
+
+def failures_cmd(
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs and runs.")
+    ] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Failing jobs with their last error (dead, or waiting to retry), and, where the plan
+    service is installed, the runs that failed in the last hour."""
+    failed_runs = _failed_runs()
+
+    async def both(conn: AsyncConn) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "jobs": await list_jobs(conn, queue=queue, failing=True, limit=limit)
+        }
+        if failed_runs is not None:
+            window, runs = failed_runs
+            found.update(window=window, runs=await runs(conn, limit=limit))
+        return found
+
+    found = _inspect("failures", both)
+    if "runs" not in found:  # a core-only install: jobs are all there is
+        _show(found, as_json, lambda: render.jobs_table(found["jobs"], _now()))
+        return
+    _show(
+        found,
+        as_json,
+        lambda: render.failures(found["jobs"], found["runs"], found["window"], _now()),
+    )
+
+
+def _failed_runs() -> tuple[float, Callable[..., Awaitable[Any]]] | None:
+    """The plan service's failed runs query and its window, None where only the core is
+    installed (failing jobs are the core's; runs are the plan service's, and their tables
+    exist only where ``pgenough migrate`` has the service's layers to apply)."""
+    if not _service_layers():
+        return None
+    from pgenough.plans import inspect
+
+    return inspect.DEFAULT_WINDOW, inspect.failed_runs
 
 
 def retry_cmd(

@@ -15,7 +15,7 @@ from rich.console import Console, RenderableType
 
 from pgenough import jsonable
 from pgenough.cli.base import T, _run, _settings, _setup_logging, out
-from pgenough.core import DatabaseError, open_pool
+from pgenough.core import DatabaseError, SchemaMissing, open_pool
 from pgenough.core.statements import AsyncConn
 from pgenough.settings import Settings
 
@@ -48,7 +48,11 @@ async def _on_connection(
     try:
         async with pool.connection() as conn:
             return await action(conn)
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+    except (
+        SchemaMissing,  # the core's calls say so themselves; an operator needs one line
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.InvalidSchemaName,
+    ) as exc:
         raise DatabaseError("pgenough's schema is missing: run `pgenough migrate`") from exc
     except psycopg.OperationalError as exc:
         # The connection broke mid-command (server restart, timeout): one line, no traceback.

@@ -1,6 +1,6 @@
 """The plan service's commands: ``worker fetch``, ``worker process``, and inspecting runs
-(``status``, ``runs``, ``run``, ``failures``). Their service imports are made inside the
-commands (``_needs_service``)."""
+(``status``, ``runs``, ``run``; ``failures`` is the core's and adds failed runs). Their
+service imports are made inside the commands (``_needs_service``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import signal
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from psycopg_pool import AsyncConnectionPool
@@ -30,7 +30,6 @@ from pgenough.cli.base import (
 from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
 from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
 from pgenough.core import Worker, WorkerStats, queue_stats
-from pgenough.core.statements import AsyncConn
 from pgenough.plans.runs import RunStatus
 from pgenough.settings import MAX_CONCURRENCY, Settings
 
@@ -270,30 +269,3 @@ def run_cmd(
     if detail is None:
         _fail(f"run {run_id} not found")
     _show(detail, as_json, lambda: render.run_detail(detail, _now()))
-
-
-def failures_cmd(
-    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    limit: Annotated[
-        int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs and runs.")
-    ] = 50,
-    as_json: JsonOption = False,
-) -> None:
-    """Failing jobs with their last error, and the runs that failed in the last hour."""
-    with _needs_service():
-        from pgenough.plans import inspect
-
-    async def both(conn: AsyncConn) -> dict[str, Any]:
-        return {
-            "window": inspect.DEFAULT_WINDOW,
-            "jobs": await inspect.failed_jobs(conn, queue=queue, limit=limit),
-            "runs": await inspect.failed_runs(conn, limit=limit),
-        }
-
-    found = _inspect("failures", both)
-
-    _show(
-        found,
-        as_json,
-        lambda: render.failures(found["jobs"], found["runs"], found["window"], _now()),
-    )

@@ -12,6 +12,7 @@ from pgenough.core.errors import (
     MigrationError,
     PgenoughError,
     RetryIn,
+    SchemaMissing,
     TaskTimeout,
 )
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
@@ -112,6 +113,7 @@ __all__ = [  # noqa: RUF022
     "RescueResult",
     "RetryIn",
     "Schedule",
+    "SchemaMissing",
     "Subscription",
     "SyncLock",
     "Task",

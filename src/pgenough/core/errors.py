@@ -5,6 +5,7 @@ One root, a few branches that callers actually catch::
     PgenoughError
     ├── DatabaseError            the server is unreachable or a statement failed
     ├── MigrationError           the schema could not be brought up to date
+    │   └── SchemaMissing        a call found no pgenough schema: run `pgenough migrate`
     ├── LockNotAcquired          advisory_lock(..., wait=False) found the lock taken
     ├── LeaseLost                the job is no longer ours: its lease expired and it was
     │                            reclaimed, or an operator cancelled it
@@ -36,6 +37,13 @@ class DatabaseError(PgenoughError):
 
 class MigrationError(PgenoughError):
     """The schema could not be migrated."""
+
+
+class SchemaMissing(MigrationError):
+    """A call met a database without pgenough's tables (never migrated, or migrated for
+    another database): run ``pgenough migrate``, or ``manage.py migrate`` with
+    ``pgenough.contrib.django`` installed. The failed statement aborted the caller's
+    transaction, if one was open: it must be rolled back."""
 
 
 class LockNotAcquired(PgenoughError):

@@ -48,7 +48,7 @@ from psycopg.postgres import types as pg_types
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance, metrics, queue
-from pgenough.core.errors import GiveUp, LeaseLost, RetryIn, TaskTimeout
+from pgenough.core.errors import GiveUp, JobOutcome, LeaseLost, RetryIn, TaskTimeout
 from pgenough.core.job_states import JobState
 from pgenough.core.logcontext import context_with
 from pgenough.core.queue import (
@@ -71,6 +71,12 @@ DEFAULT_LEASE = 30.0
 DEFAULT_POLL_INTERVAL = 2.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_STATS_INTERVAL = 10.0
+DEFAULT_UNHANDLED_GRACE = 3600.0
+UNHANDLED_DELAY = (1.0, 60.0)
+"""The shortest and longest wait before a job of a kind this worker does not handle is
+offered again (a tenth of its age in between: soon after a deploy, rarely later)."""
+UNHANDLED_LOG_INTERVAL = 60.0
+"""Seconds between two warnings about the same unhandled kind from one executor."""
 INTERRUPTED = "interrupted: the worker shut down before the handler finished"
 CLAIM_BACKOFF = Backoff(base=0.2, cap=10.0)
 """Retries of a claim loop whose connection failed."""
@@ -98,14 +104,18 @@ class WorkerConfig:
         default_factory=maintenance.MaintenanceConfig
     )
     """Rescuer and cleaner duties (once per interval across workers); None disables them."""
+    unhandled_grace: float = DEFAULT_UNHANDLED_GRACE
+    """Seconds after its enqueue that a job whose kind no handler of this worker knows is
+    still handed back for another worker (its attempt not counted); past them it is
+    dead-lettered (docs/messaging.md, "Jobs no task handles")."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.batch_size < 1:
             raise ValueError("concurrency and batch_size must be >= 1")
         if min(self.lease, self.poll_interval, self.stats_interval) <= 0:
             raise ValueError("lease, poll_interval and stats_interval must be positive")
-        if self.shutdown_timeout < 0:
-            raise ValueError("shutdown_timeout must be >= 0")
+        if self.shutdown_timeout < 0 or self.unhandled_grace < 0:
+            raise ValueError("shutdown_timeout and unhandled_grace must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,8 @@ class _Executor:
         self._stopping = asyncio.Event()
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         """This queue's threads for ``ThreadHandler`` jobs, started on the first one."""
+        self._unhandled_logged: dict[str, tuple[float, int]] = {}
+        """Per unhandled kind: when it was last warned about, and jobs met since."""
         self._in_threads: dict[int, float] = {}
         """Jobs whose function is running in a thread now, with when (monotonic) it began:
         they are never cancelled or handed back (see ``ThreadHandler``)."""
@@ -426,9 +438,13 @@ class _Executor:
     async def _run(self, job: Job) -> None:
         started = time.perf_counter()
         handler = self.handlers.get(job.kind)
+        if handler is None:
+            try:
+                await self._unhandled(job)
+            finally:
+                self._forget(job)
+            return
         try:
-            if handler is None:
-                raise LookupError(f"no handler for job kind {job.kind!r} on this worker")
             assert not isinstance(handler, BatchHandler)  # _dispatch runs those in batches
             if isinstance(handler, ThreadHandler):
                 await self._run_in_thread(handler, job)
@@ -537,11 +553,8 @@ class _Executor:
         if isinstance(exc, LeaseLost):
             self.stats.lost += 1
             log.warning("%s: job %d lost its claim before completing", self.name, job.id)
-        elif isinstance(exc, RetryIn):
-            await self._fail(job, str(exc), exc.seconds, give_up=False)
-        elif isinstance(exc, GiveUp):
-            await self._fail(job, f"gave up: {exc}", 0.0, give_up=True)
-        else:
+            return
+        if not isinstance(exc, JobOutcome):
             log.warning(
                 "%s: job %d (%s) attempt %d failed: %r",
                 self.name,
@@ -550,8 +563,60 @@ class _Executor:
                 job.attempts,
                 exc,
             )
-            delay = (backoff or self.config.backoff).delay(job.attempts, self._rng)
-            await self._fail(job, _describe(exc), delay, give_up=False)
+        outcome = failure_outcome(exc, job, backoff or self.config.backoff, self._rng)
+        await self._fail(job, outcome.error, outcome.delay, give_up=outcome.give_up)
+
+    async def _unhandled(self, job: Job) -> None:
+        """A job of a kind no handler here knows: offered again later without spending an
+        attempt (a newer worker may know it: a rolling deploy), dead-lettered once it was
+        enqueued ``unhandled_grace`` seconds ago (a typo, a removed task)."""
+        age = max(0.0, (datetime.now(job.created_at.tzinfo) - job.created_at).total_seconds())
+        low, high = UNHANDLED_DELAY
+        delay = min(high, max(low, age / 10))
+        known = ", ".join(sorted(self.handlers)) or "none"
+        error = (
+            f"no task named {job.kind!r} on worker {self.name} (its tasks: {known}); handed"
+            f" back, dead-lettered {self.config.unhandled_grace:g}s after its enqueue"
+        )
+        try:
+            async with self.pool.connection() as conn:
+                state = await queue.defer_unhandled(
+                    conn, job, error, delay=delay, grace=self.config.unhandled_grace
+                )
+        except psycopg.Error as exc:
+            log.error("%s: could not hand back job %d: %s", self.name, job.id, exc)
+            return  # its lease expires and the rescuer hands it out again
+        if state == JobState.DEAD:
+            self._metrics.dead.inc()
+            log.error(
+                "%s: job %d is dead: no task named %r has claimed it %gs after its enqueue"
+                " (this worker's tasks: %s); deploy the task, then `pgenough retry %d`",
+                self.name,
+                job.id,
+                job.kind,
+                self.config.unhandled_grace,
+                known,
+                job.id,
+            )
+            return
+        now = time.monotonic()
+        last, met = self._unhandled_logged.get(job.kind, (-UNHANDLED_LOG_INTERVAL, 0))
+        if now - last < UNHANDLED_LOG_INTERVAL:
+            self._unhandled_logged[job.kind] = (last, met + 1)
+            return
+        self._unhandled_logged[job.kind] = (now, 0)
+        log.warning(
+            "%s: job %d has kind %r, which no task of this worker handles (its tasks: %s):"
+            " handed back for another worker, its attempt not counted (%d more such job(s)"
+            " since the last warning); it is dead-lettered if still unhandled %gs after its"
+            " enqueue",
+            self.name,
+            job.id,
+            job.kind,
+            known,
+            met,
+            self.config.unhandled_grace,
+        )
 
     # -- batch handlers: one transaction per batch --------------------------------------------
 
@@ -788,6 +853,26 @@ else:
 def _resolve(future: asyncio.Future[float], value: float) -> None:
     if not future.done():
         future.set_result(value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a failed attempt does to its job: the error recorded, and ready again after
+    ``delay`` seconds, or dead when ``give_up`` (or when its attempts are spent)."""
+
+    error: str
+    delay: float
+    give_up: bool
+
+
+def failure_outcome(exc: Exception, job: Job, backoff: Backoff, rng: random.Random) -> Outcome:
+    """The outcome of ``job``'s attempt that raised ``exc``, under the retry policy
+    ``backoff``: what a worker records, and test mode with it."""
+    if isinstance(exc, RetryIn):
+        return Outcome(str(exc)[:2000], exc.seconds, give_up=False)
+    if isinstance(exc, GiveUp):
+        return Outcome(f"gave up: {exc}"[:2000], 0.0, give_up=True)
+    return Outcome(_describe(exc)[:2000], backoff.delay(job.attempts, rng), give_up=False)
 
 
 def _describe(exc: BaseException) -> str:

@@ -36,8 +36,18 @@ def sqlalchemy_connection(session: Session | Connection) -> psycopg.Connection[A
     """The psycopg connection of a SQLAlchemy ``Session`` or ``Connection``, in its
     transaction (begun now if it was not, as SQLAlchemy's autobegin would): the work done
     on it commits with ``session.commit()`` / ``conn.commit()``, or not at all."""
-    from sqlalchemy.orm import Session
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session, scoped_session
 
+    if isinstance(session, scoped_session):
+        session = session()  # the registry's current Session
+    if isinstance(session, AsyncSession | AsyncConnection):
+        raise _other_kind(session, "sqlalchemy_connection", "await sqlalchemy_async_connection")
+    if not isinstance(session, Session | Connection):
+        raise _not_sqlalchemy(
+            session, "sqlalchemy_connection", "a SQLAlchemy Session or Connection"
+        )
     conn = session.connection() if isinstance(session, Session) else session
     if not conn.in_transaction():
         conn.begin()
@@ -49,8 +59,18 @@ async def sqlalchemy_async_connection(
 ) -> psycopg.AsyncConnection[Any]:
     """``sqlalchemy_connection`` for SQLAlchemy's asyncio ``AsyncSession`` or
     ``AsyncConnection``."""
-    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+    from sqlalchemy.orm import Session
 
+    if isinstance(session, async_scoped_session):
+        session = session()  # the registry's current AsyncSession
+    if isinstance(session, Session | Connection):
+        raise _other_kind(session, "sqlalchemy_async_connection", "sqlalchemy_connection")
+    if not isinstance(session, AsyncSession | AsyncConnection):
+        raise _not_sqlalchemy(
+            session, "sqlalchemy_async_connection", "a SQLAlchemy AsyncSession or AsyncConnection"
+        )
     conn = await session.connection() if isinstance(session, AsyncSession) else session
     if not conn.in_transaction():
         await conn.begin()
@@ -73,6 +93,17 @@ def django_connection(using: str | None = None) -> psycopg.Connection[Any]:
         )
     wrapper.ensure_connection()
     return _psycopg(wrapper.connection, psycopg.Connection, "psycopg2 or another driver")
+
+
+def _other_kind(given: object, called: str, instead: str) -> TypeError:
+    """A sync session given to the async adapter or the other way round: said with the
+    call that fits, not as an attribute missing further in."""
+    return TypeError(f"{called}() got a SQLAlchemy {type(given).__name__}: use {instead}(...)")
+
+
+def _not_sqlalchemy(given: object, called: str, wanted: str) -> TypeError:
+    kind = type(given)
+    return TypeError(f"{called}() takes {wanted}, not {kind.__module__}.{kind.__qualname__}")
 
 
 def _psycopg(raw: Any, kind: type[_C], driver: str) -> _C:

@@ -429,12 +429,12 @@ async def claim(
         return await (await cur.execute(query, params)).fetchall()
 
 
-async def record_failure(
-    conn: AsyncConn, job: Job, error: str, delay: float, *, give_up: bool
-) -> str | None:
+@dual
+def fail_job(job: Job, error: str, delay: float, *, give_up: bool) -> Steps[str | None]:
     """Record a failed attempt of ``job``: ready again after ``delay`` seconds, or dead when
     its attempts are spent or ``give_up``. Returns the job's new state, None when the job
-    was no longer this claim."""
+    was no longer this claim. (A worker's executor, and test mode on the caller's
+    connection, record failures with it.)"""
     params = {
         "id": job.id,
         "attempts": job.attempts,
@@ -442,9 +442,57 @@ async def record_failure(
         "delay": delay,
         "give_up": give_up,
     }
-    cur = await conn.execute(_Q["fail"], params, prepare=PLAN_EACH_TIME)
+    result = yield Query(_Q["fail"], params, prepare=PLAN_EACH_TIME)
+    return None if not result.rows else str(result.rows[0][0])
+
+
+async def record_failure(
+    conn: AsyncConn, job: Job, error: str, delay: float, *, give_up: bool
+) -> str | None:
+    """``fail_job`` on a worker's connection."""
+    return await fail_job(conn, job, error, delay, give_up=give_up)
+
+
+async def defer_unhandled(
+    conn: AsyncConn, job: Job, error: str, *, delay: float, grace: float
+) -> str | None:
+    """Hand back a claimed ``job`` whose kind this worker has no handler for: ready after
+    ``delay`` seconds without its attempt counted, or dead once it was enqueued ``grace``
+    seconds ago. Its new state; None when it was no longer this claim."""
+    params = {
+        "id": job.id,
+        "attempts": job.attempts,
+        "error": error,
+        "delay": delay,
+        "grace": grace,
+    }
+    cur = await conn.execute(_Q["defer_unhandled"], params, prepare=PLAN_EACH_TIME)
     row = await cur.fetchone()
     return None if row is None else str(row[0])
+
+
+def claim_in_process(
+    *,
+    kinds: Sequence[str],
+    queues: Sequence[str] | None,
+    ids: Sequence[int] | None,
+    scheduled: bool,
+    seen: Sequence[int],
+    worker: str,
+    lease: float,
+) -> Steps[Job | None]:
+    """Test mode's claim of one job on the caller's connection (``testing.run_jobs``)."""
+    params = {
+        "kinds": list(kinds),
+        "queues": None if queues is None else list(queues),
+        "ids": None if ids is None else int_array(ids),
+        "scheduled": scheduled,
+        "seen": int_array(seen),
+        "worker": worker,
+        "lease": lease,
+    }
+    result = yield Query(_Q["claim_in_process"], params, record=Job, prepare=PLAN_EACH_TIME)
+    return result.rows[0] if result.rows else None
 
 
 async def extend_leases(

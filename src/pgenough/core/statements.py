@@ -21,10 +21,22 @@ text).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
+import sys
+import threading
+import warnings
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Generic, LiteralString, ParamSpec, TypeAlias, TypeVar, overload
 
@@ -34,6 +46,7 @@ from psycopg.rows import BaseRowFactory, RowMaker, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
 
 from pgenough.core._sql import load
+from pgenough.core.errors import SchemaMissing
 
 _BEGIN = load("statements")["begin"]
 
@@ -78,7 +91,17 @@ class Atomic:
     steps: Steps[Any]
 
 
-Step: TypeAlias = Query | Copy | Atomic
+@dataclass(frozen=True)
+class Call:
+    """Run ``fn(conn)`` between two statements, in whatever transaction or savepoint is
+    open: answered with its value. A coroutine it returns is awaited on an async connection, and
+    run to its end on a private event loop on a sync one (test mode runs tasks so)."""
+
+    fn: Callable[[Any], Any]
+    """Given the connection the steps run on."""
+
+
+Step: TypeAlias = Query | Copy | Atomic | Call
 Steps: TypeAlias = Generator[Step, Any, T]
 """Yields steps; each ``Query`` is answered with a ``Result``, each ``Atomic`` with its
 steps' value, each ``Copy`` with None. (Not "plan": that is the plan service's domain.)"""
@@ -99,6 +122,7 @@ class Dual(Generic[P, T]):
         self.steps = steps
         """The generator function itself, to ``yield from`` inside other steps."""
         functools.update_wrapper(self, steps)
+        self._what = f"{steps.__name__}(...)"
         params = list(inspect.signature(steps).parameters.values())
         conn = inspect.Parameter(
             "conn", inspect.Parameter.POSITIONAL_ONLY, annotation="AnyConnection"
@@ -116,7 +140,7 @@ class Dual(Generic[P, T]):
     ) -> T: ...
 
     def __call__(self, conn: AnyConnection, /, *args: P.args, **kwargs: P.kwargs) -> Any:
-        return run(conn, self.steps(*args, **kwargs))
+        return run(conn, self.steps(*args, **kwargs), what=self._what)
 
 
 def dual(steps: Callable[P, Steps[T]]) -> Dual[P, T]:
@@ -124,24 +148,134 @@ def dual(steps: Callable[P, Steps[T]]) -> Dual[P, T]:
 
 
 @overload
-def run(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> Coroutine[Any, Any, T]: ...
+def run(
+    conn: psycopg.AsyncConnection[Any],
+    steps: Steps[T],
+    *,
+    what: str = ...,
+    unless_awaited: str = ...,
+) -> Coroutine[Any, Any, T]: ...
 
 
 @overload
-def run(conn: psycopg.Connection[Any], steps: Steps[T]) -> T: ...
+def run(
+    conn: psycopg.Connection[Any], steps: Steps[T], *, what: str = ..., unless_awaited: str = ...
+) -> T: ...
 
 
-def run(conn: AnyConnection, steps: Steps[T]) -> T | Coroutine[Any, Any, T]:
-    """Run ``steps`` on ``conn``: now when it is sync, as a coroutine when it is async."""
+def run(
+    conn: AnyConnection,
+    steps: Steps[T],
+    *,
+    what: str = "",
+    unless_awaited: str = "none of its statements ran",
+) -> T | Coroutine[Any, Any, T]:
+    """Run ``steps`` on ``conn``: now when it is sync, as a coroutine when it is async.
+
+    The coroutine, dropped without being awaited, warns with ``what`` (the caller's call,
+    e.g. ``send_receipt.enqueue(...)``) and ``unless_awaited`` (what did not happen), at the
+    line that made it: Python's own warning would name ``run_async`` and nothing else."""
     if isinstance(conn, psycopg.AsyncConnection):
-        return run_async(conn, steps)
+        # The caller's frame: two up, through Dual.__call__ or Task.enqueue.
+        caller = sys._getframe(2)
+        return _MustAwait(
+            run_async(conn, steps),
+            what or "a pgenough call",
+            unless_awaited,
+            caller.f_code.co_filename,
+            caller.f_lineno,
+        )
     if isinstance(conn, psycopg.Connection):
         return run_sync(conn, steps)
     steps.close()
     raise not_a_connection(conn)
 
 
+class _MustAwait(Coroutine[Any, Any, T]):
+    """A coroutine that says, when it is dropped unawaited, what was not done, and where."""
+
+    __slots__ = ("_coro", "_file", "_line", "_started", "_unless", "_what")
+
+    def __init__(
+        self, coro: Coroutine[Any, Any, T], what: str, unless: str, file: str, line: int
+    ) -> None:
+        self._coro = coro
+        self._started = False
+        self._what = what
+        self._unless = unless
+        self._file = file
+        self._line = line
+
+    def __await__(self) -> Generator[Any, None, T]:
+        self._started = True
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        self._started = True
+        return self._coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        self._started = True
+        return self._coro.throw(*args)
+
+    def close(self) -> None:
+        self._started = True
+        self._coro.close()
+
+    def __del__(self) -> None:
+        if self._started:
+            return
+        self._coro.close()  # not started: closing it silences Python's own warning
+        warnings.warn_explicit(
+            f"{self._what} was never awaited: {self._unless}",
+            RuntimeWarning,
+            self._file,
+            self._line,
+            source=self,
+        )
+
+
 def run_sync(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
+    try:
+        return _run_sync(conn, steps)
+    except _MISSING_OBJECT as exc:
+        raise schema_missing(conn, exc) from exc
+
+
+async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
+    try:
+        return await _run_async(conn, steps)
+    except _MISSING_OBJECT as exc:
+        raise schema_missing(conn, exc) from exc
+
+
+_MISSING_OBJECT = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedObject,
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedFunction,
+)
+
+
+def schema_missing(conn: AnyConnection, exc: psycopg.Error) -> psycopg.Error | SchemaMissing:
+    """``SchemaMissing`` when ``exc`` is about an object of pgenough's schema (a table, its
+    type, the schema itself), else ``exc``; saying so when the caller's transaction is now
+    aborted, which the failed statement does to it."""
+    primary = exc.diag.message_primary or str(exc)
+    if '"pgenough.' not in primary and 'schema "pgenough"' not in primary:
+        return exc
+    aborted = ""
+    if conn.info.transaction_status == TransactionStatus.INERROR:
+        aborted = (
+            "; the failed statement aborted the transaction open on this connection: roll it back"
+        )
+    return SchemaMissing(
+        f"pgenough's schema is missing from this database ({primary}): run `pgenough migrate`"
+        f" (or `manage.py migrate` with pgenough.contrib.django installed){aborted}"
+    )
+
+
+def _run_sync(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
     try:
         step = next(steps)
         while True:
@@ -155,7 +289,7 @@ def run_sync(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
+async def _run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
     try:
         step = next(steps)
         while True:
@@ -170,13 +304,16 @@ async def run_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
 
 
 def _step_sync(conn: psycopg.Connection[Any], step: Step) -> Any:
+    if isinstance(step, Call):
+        result = step.fn(conn)
+        return run_to_end(result) if inspect.isawaitable(result) else result
     if isinstance(step, Atomic):
         # In a transaction a savepoint, so a failure leaves the caller's transaction
         # usable; in autocommit mode a transaction of its own.
         if _needs_begin(conn):
             conn.execute(_BEGIN)
         with conn.transaction():
-            return run_sync(conn, step.steps)
+            return _run_sync(conn, step.steps)
     with _configure(psycopg.Cursor(conn, row_factory=_rows(step))) as cur:
         if isinstance(step, Copy):
             with cur.copy(step.sql) as copy:
@@ -188,11 +325,14 @@ def _step_sync(conn: psycopg.Connection[Any], step: Step) -> Any:
 
 
 async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
+    if isinstance(step, Call):
+        result = step.fn(conn)
+        return (await result) if inspect.isawaitable(result) else result
     if isinstance(step, Atomic):
         if _needs_begin(conn):  # see _step_sync
             await conn.execute(_BEGIN)
         async with conn.transaction():
-            return await run_async(conn, step.steps)
+            return await _run_async(conn, step.steps)
     async with _configure(psycopg.AsyncCursor(conn, row_factory=_rows(step))) as cur:
         if isinstance(step, Copy):
             async with cur.copy(step.sql) as copy:
@@ -201,6 +341,34 @@ async def _step_async(conn: psycopg.AsyncConnection[Any], step: Step) -> Any:
             return None
         await cur.execute(step.sql, step.params, prepare=step.prepare)
         return Result(await cur.fetchall() if cur.description else [], cur.rowcount)
+
+
+def run_to_end(awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s value, from sync code: on a private event loop, in a thread of its
+    own when this thread already runs one (asyncio refuses to nest loops)."""
+
+    async def main() -> T:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    outcome: list[Any] = []
+
+    def in_thread() -> None:
+        try:
+            outcome.append((True, asyncio.run(main())))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=in_thread, name="pgenough-run-to-end")
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 def _rows(step: Query | Copy) -> Any:

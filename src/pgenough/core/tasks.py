@@ -38,18 +38,39 @@ fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import difflib
 import functools
 import importlib
 import inspect
 import logging
 import math
+import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeAlias, TypeVar, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -100,10 +121,44 @@ class AppNotFound(PgenoughError):
 class TaskContext:
     """What a task declared with ``pass_context=True`` receives first: its job (id,
     attempts...) and the worker's pool, e.g. to complete the job in the transaction holding
-    the task's own writes (``complete(conn, ctx.job)``: exactly-once effects)."""
+    the task's own writes (``complete(conn, ctx.job)``: exactly-once effects).
+
+    In test mode (``pgenough.core.testing``) ``pool`` is a stand-in whose ``connection()``
+    lends the caller's own async connection, in a savepoint of the caller's transaction: the
+    rows a test has not committed are visible to the task, and its writes stay in that
+    transaction. It has no other method of a pool."""
 
     job: Job
+    """The job being run (``Job``'s fields: docs/messaging.md, "Reference")."""
     pool: AsyncConnectionPool
+    """Where the task gets a connection: the worker's pool (test mode: see above)."""
+
+
+class _CallerPool:
+    """Test mode's ``TaskContext.pool``: ``connection()`` as a pool's (a commit of what ran
+    in it when the block ends, a rollback when it raises), on the caller's connection, so
+    in a savepoint of the caller's transaction."""
+
+    def __init__(self, conn: AnyConnection) -> None:
+        self._conn = conn
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, timeout: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = self._conn
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError(
+                "test mode on a sync connection: a pass_context task's ctx.pool.connection()"
+                " has no async connection to lend (run_jobs or enqueue on a"
+                " psycopg.AsyncConnection instead)"
+            )
+        async with conn.transaction():
+            yield conn
+
+
+def _context_for(job: Job, conn: AnyConnection) -> TaskContext:
+    return TaskContext(job, cast("AsyncConnectionPool", _CallerPool(conn)))
 
 
 class Task(Generic[P]):
@@ -137,6 +192,8 @@ class Task(Generic[P]):
         self._is_async = inspect.iscoroutinefunction(fn)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self.app: App | None = None
+        """The ``App`` it is registered on (its ``eager`` setting applies)."""
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
@@ -199,6 +256,9 @@ class Task(Generic[P]):
     def payload(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """The arguments by name, as the job will carry them; ``TaskArgumentsError`` when
         the signature refuses them or JSON cannot carry them exactly."""
+        unexpected = self._unexpected(kwargs)
+        if unexpected:
+            raise TaskArgumentsError(f"task {self.name!r}: {unexpected}")
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -217,6 +277,22 @@ class Task(Generic[P]):
                 )
         return payload
 
+    def _unexpected(self, kwargs: Mapping[str, Any]) -> str | None:
+        """What is wrong with a keyword the signature has no parameter for, with the close
+        match it was probably meant to be: named first, because ``bind`` would report the
+        missing required parameter instead and never the misspelled one."""
+        params = self._signature.parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return None
+        for key in kwargs:
+            if key not in params:
+                left = [name for name in params if name not in kwargs]
+                close = difflib.get_close_matches(key, left, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                known = ", ".join(params) or "none"
+                return f"unexpected keyword argument {key!r}{hint}; its parameters: {known}"
+        return None
+
     @overload
     def enqueue(
         self, conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs
@@ -231,7 +307,22 @@ class Task(Generic[P]):
         """Enqueue one job in the transaction open on ``conn`` (sync: runs now; async:
         await it): its id, or None when its ``dedupe_key`` is taken by a job still ready or
         running. The arguments are checked at the call, before any statement."""
-        return run(conn, enqueue_job(self.job(*args, **kwargs)))
+        job = self.job(*args, **kwargs)
+        if self.app is not None and self.app.eager:
+            from pgenough.core.testing import enqueue_eagerly  # it imports this module
+
+            return run(
+                conn,
+                enqueue_eagerly(self.app, [job]),
+                what=f"{self._call_name}.enqueue(...)",
+                unless_awaited="no job was enqueued nor run (eager mode)",
+            )
+        return run(
+            conn,
+            enqueue_job(job),
+            what=f"{self._call_name}.enqueue(...)",
+            unless_awaited="no job was enqueued",
+        )
 
     @overload
     def enqueue_many(
@@ -263,7 +354,26 @@ class Task(Generic[P]):
                     f"task {self.name!r}: enqueue_many takes mappings of keyword arguments"
                     f" or NewJob rows, not {type(call).__name__}"
                 )
-        return enqueue_many(conn, jobs)
+        if self.app is not None and self.app.eager:
+            from pgenough.core.testing import enqueue_eagerly  # it imports this module
+
+            return run(
+                conn,
+                enqueue_eagerly(self.app, jobs, count=True),
+                what=f"{self._call_name}.enqueue_many(...)",
+                unless_awaited="no job was enqueued nor run (eager mode)",
+            )
+        return run(
+            conn,
+            enqueue_many.steps(jobs),
+            what=f"{self._call_name}.enqueue_many(...)",
+            unless_awaited="no job was enqueued",
+        )
+
+    @property
+    def _call_name(self) -> str:
+        """How the caller's code names this task: its function's name."""
+        return getattr(self.fn, "__name__", None) or self.name
 
     # -- running -----------------------------------------------------------------------------
 
@@ -294,6 +404,17 @@ class Task(Generic[P]):
             # function does not stall the event loop; the timeout cannot interrupt it.
             call = asyncio.to_thread(self.fn, *args, **payload)
         await self._bounded(call)
+
+    def run_in_process(self, job: Job, conn: AnyConnection) -> Any:
+        """Test mode: run the claimed ``job`` now, inside the savepoint open on the caller's
+        ``conn``: a plain function's value, or an async one's coroutine (within the task's
+        timeout). Its arguments are checked as a worker's are (``GiveUp`` if they do not
+        fit)."""
+        payload = self._stored_arguments(job)
+        args: tuple[Any, ...] = (_context_for(job, conn),) if self.pass_context else ()
+        if self._is_async:
+            return self._bounded(self.fn(*args, **payload))
+        return self.fn(*args, **payload)
 
     def _stored_arguments(self, job: Job) -> dict[str, Any]:
         """The job's payload, once it is known to fit the signature; ``GiveUp`` if not."""
@@ -379,6 +500,16 @@ class BatchTask(Task[P], Generic[P, T]):
             await self._run_batch(conn, [job])
             await complete(conn, job)
 
+    def run_in_process(self, job: Job, conn: AnyConnection) -> Any:
+        """Test mode: ``fn(conn, [item])`` on the caller's connection, which must be async."""
+        item = self.item(job)
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError(
+                f"batch task {self.name!r} runs on an async connection: run its jobs with"
+                " run_jobs (or enqueue them eagerly) on a psycopg.AsyncConnection"
+            )
+        return self._bounded(self.fn(conn, [item]))
+
     async def _run_batch(self, conn: psycopg.AsyncConnection[Any], jobs: Sequence[Job]) -> None:
         await self._bounded(self.fn(conn, [self.item(job) for job in jobs]))
 
@@ -412,7 +543,10 @@ class App:
     """A registry of tasks: what ``pgenough worker run module:app`` loads and runs.
 
     ``queues`` sets the concurrency of named queues (others get the worker's default);
-    ``migrations`` are applied, after the core's, when a worker starts.
+    ``migrations`` are applied, after the core's, when a worker starts. ``eager`` (None:
+    ``PGENOUGH_EAGER`` read now, ``1``/``true``/``yes``/``on``) makes every enqueue of its
+    tasks also run the job at once, in the caller's thread and transaction, as
+    ``pgenough.core.testing.run_jobs`` would (docs/messaging.md, "Testing").
     """
 
     def __init__(
@@ -420,11 +554,14 @@ class App:
         *,
         queues: Mapping[str, int] | None = None,
         migrations: Sequence[MigrationSet] = (),
+        eager: bool | None = None,
     ) -> None:
         self.tasks: dict[str, Task[...]] = {}
         self.schedules: list[TaskSchedule] = []
         self.concurrency: dict[str, int] = dict(queues or {})
         self.migrations = list(migrations)
+        self.eager = eager_from_environment() if eager is None else eager
+        """Run each job as it is enqueued (tests); may be set at any time."""
 
     @overload
     def task(self, fn: Callable[P, Any], /) -> Task[P]: ...
@@ -518,6 +655,7 @@ class App:
         if task.name in self.tasks:
             raise ValueError(f"task {task.name!r} is already registered")
         self.tasks[task.name] = task
+        task.app = self
         return task
 
     def periodic(
@@ -589,6 +727,19 @@ class App:
         for schedule in self.schedules:
             _register_schedule(worker.periodic, schedule, pool)
         return worker
+
+
+EAGER_VARIABLE = "PGENOUGH_EAGER"
+
+
+def eager_from_environment() -> bool:
+    """``PGENOUGH_EAGER``, the one place it is read (an ``App`` created without ``eager``)."""
+    value = os.environ.get(EAGER_VARIABLE, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{EAGER_VARIABLE}={value!r}: give 1 or 0 (true/false, yes/no, on/off)")
 
 
 def _register_schedule(

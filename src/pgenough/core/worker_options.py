@@ -9,6 +9,10 @@ from typing import Final
 MAX_CONCURRENCY: Final = 10_000
 """The most jobs or chunks a worker runs at once, per queue: the bound of every concurrency
 setting and option (each may hold a database connection)."""
+MAX_BATCH_SIZE: Final = 1000
+"""The most jobs one claim takes (``--batch-size``, ``PGENOUGH_WORKER_BATCH_SIZE``, the
+Django worker's ``BATCH_SIZE``): a claim and its acknowledgement carry every id in one
+statement, and a batch task's call gets its items in one transaction."""
 
 
 def parse_queues(values: Iterable[str]) -> dict[str, int | None]:

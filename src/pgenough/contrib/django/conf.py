@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pgenough.core.worker import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_TIMEOUT
-from pgenough.core.worker_options import MAX_CONCURRENCY, parse_queues
+from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 
 SETTING = "PGENOUGH"
 
@@ -126,7 +126,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "DATABASE": _alias,
     "QUEUES": _queues,
     "CONCURRENCY": count,
-    "BATCH_SIZE": lambda key, value: count(key, value, top=None),
+    "BATCH_SIZE": lambda key, value: count(key, value, top=MAX_BATCH_SIZE),
     "SHUTDOWN_TIMEOUT": seconds,
     "METRICS_PORT": port,
     "METRICS_HOST": _host,

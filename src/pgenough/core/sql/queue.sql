@@ -161,6 +161,56 @@ SET state = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts
 WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
 RETURNING state::text, run_at
 
+-- name: defer_unhandled
+-- Hand back a job whose kind no task of the claiming worker handles (an older worker during
+-- a rolling deploy, or a typo): ready again after %(delay)s seconds with its attempt not
+-- counted, the reason recorded as an error; or dead, the attempt counted, once it has waited
+-- %(grace)s seconds since it was enqueued.
+UPDATE pgenough.jobs
+SET state = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 second'
+                 THEN 'dead' ELSE 'ready' END::pgenough.job_state,
+    attempts = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 second'
+                    THEN attempts ELSE attempts - 1 END,
+    run_at = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 second'
+                  THEN run_at ELSE now() + %(delay)s::float8 * interval '1 second' END,
+    finished_at = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 second'
+                       THEN now() END,
+    lease_until = NULL,
+    worker = NULL,
+    last_error = %(error)s::text,
+    errors = jsonb_path_query_array(
+        errors || jsonb_build_array(jsonb_build_object(
+            'attempt', attempts, 'at', now(), 'worker', worker, 'error', %(error)s::text)),
+        '$[last - 19 to last]')
+WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
+RETURNING state::text
+
+-- name: claim_in_process
+-- Test mode (testing.run_jobs): claim the next ready job of these kinds (and queues, and
+-- ids, when given) not yet run by this call, in the caller's transaction. Ready means due
+-- by the statement's clock, not the transaction's start (a test's transaction is long).
+UPDATE pgenough.jobs j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    claimed_at = now(),
+    lease_until = statement_timestamp() + %(lease)s * interval '1 second',
+    worker = %(worker)s
+FROM (
+    SELECT id FROM pgenough.jobs
+    WHERE state = 'ready'
+      AND kind = ANY(%(kinds)s::text[])
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+      AND (%(scheduled)s::boolean OR run_at <= statement_timestamp())
+      AND id <> ALL(%(seen)s::bigint[])
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+) picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at
+
 -- name: heartbeat
 -- Extend the leases of this worker's in-flight jobs. Rows locked by a handler's own
 -- completing transaction are skipped rather than waited for.

@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from pgenough.contrib.django import conf, db, worker
 from pgenough.core import PgenoughError, WorkerConfig
-from pgenough.core.worker_options import MAX_CONCURRENCY, parse_queues
+from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 
 USAGE = 2
 
@@ -84,7 +84,9 @@ class Command(BaseCommand):
             help=f"Jobs run at once per queue, 1..{MAX_CONCURRENCY}.",
         )
         run.add_argument(
-            "--batch-size", type=_bounded(int, 1, None), help="Most jobs taken by one claim."
+            "--batch-size",
+            type=_bounded(int, 1, MAX_BATCH_SIZE),
+            help=f"Most jobs taken by one claim, 1..{MAX_BATCH_SIZE}.",
         )
         run.add_argument(
             "--shutdown-timeout",
