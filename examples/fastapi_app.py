@@ -177,14 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-running", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    return asyncio.run(
-        run(
-            database_url(os.environ.get("DATABASE_URL")),
-            orders=args.orders,
-            port=args.port,
-            keep_running=args.keep_running,
+    try:
+        return asyncio.run(
+            run(
+                database_url(os.environ.get("DATABASE_URL")),
+                orders=args.orders,
+                port=args.port,
+                keep_running=args.keep_running,
+            )
         )
-    )
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn stopped, run() closed the pool
+        return 130
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 
+from pgenough import __version__
 from pgenough.api.ui.throttle import FREE_FAILURES
 from pgenough.core.migrations import available
 from tests.helpers.procs import ROOT
@@ -41,7 +42,7 @@ def free_port() -> int:
 def test_version(worker_env: dict[str, str]) -> None:
     result = pgenough("--version", env=worker_env)
     assert result.returncode == 0
-    assert result.stdout.strip() == "pgenough 0.1.0"
+    assert result.stdout.strip() == f"pgenough {__version__}"
 
 
 def test_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> None:

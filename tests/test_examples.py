@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
+import signal
 import subprocess
 import sys
 import tomllib
@@ -124,3 +125,58 @@ def test_an_example_runs_on_the_install_it_names(
     )
     check(result)
     expect(result.stdout.splitlines())
+
+
+RESTORE_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL);"
+    " os.execv(sys.argv[1], sys.argv[1:])"
+)
+"""Exec argv with SIGINT's default action: a shell's background job (CI's second pass)
+ignores SIGINT, and so would the example, which a user's Ctrl-C always reaches."""
+
+
+def _ctrl_c(argv: list[str | Path], env: dict[str, str]) -> tuple[int, str]:
+    """Start a long-running example, wait for its ``try: curl`` line, press Ctrl-C: its exit
+    status and everything it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RESTORE_SIGINT, *map(str, argv)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("try: curl"):
+                proc.send_signal(signal.SIGINT)
+                break
+        seen.append(proc.stdout.read())
+        return proc.wait(timeout=60), "".join(seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_ctrl_c_stops_the_core_example_without_a_traceback(
+    core_venv: CoreVenv, core_db: str
+) -> None:
+    argv: list[str | Path] = [core_venv.bin / "python", ROOT / "examples" / "checkout.py"]
+    argv += ["--orders", "1", "--port", "0", "--keep-running"]
+    code, out = _ctrl_c(argv, dict(core_venv.env, DATABASE_URL=core_db))
+    assert (code, "Traceback" in out) == (130, False), out
+
+
+@pytest.mark.db
+def test_ctrl_c_stops_the_fastapi_example_without_a_traceback(
+    worker_env: dict[str, str], db: object
+) -> None:
+    argv: list[str | Path] = [sys.executable, ROOT / "examples" / "fastapi_app.py"]
+    code, out = _ctrl_c([*argv, "--orders", "1", "--keep-running"], worker_env)
+    assert (code, "Traceback" in out) == (130, False), out
