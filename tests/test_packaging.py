@@ -318,3 +318,14 @@ def test_the_operators_job_commands_work_on_the_core_alone(
         ).fetchone() == ("cancelled",)
     line = _one_error_line(core_venv.pgenough("retry", "999999999", env=env))
     assert line == ("error: job 999999999: nothing to retry (unknown id or wrong state)"), line
+
+
+def test_the_readme_lists_every_core_dependency() -> None:
+    """The extras table's first row, what ``pip install pgenough`` brings, names each of the
+    core's dependencies (a new one must be said there)."""
+    [row] = re.findall(r"^\| \(none\) \|(.*)\|$", _readme_install_section(), re.MULTILINE)
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [re.match(r"[A-Za-z0-9_.-]+", dep)[0] for dep in dependencies]  # type: ignore[index]
+    assert names
+    missing = [name for name in names if name not in row]
+    assert not missing, missing
