@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 SERVICE_STAMP := $(VENV)/.installed-service
 TEST_STAMP    := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck pytest test-db bench-queue bench-ingest bench-api screenshots clean
+.PHONY: run test lint typecheck pytest test-db dist bench-queue bench-ingest bench-api screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,13 @@ test-db: $(TEST_STAMP)  ## Only the database tests (CI runs them again against D
 	$(PYTEST_SERIAL) -m "db and serial" || serial=$$?; \
 	if [ $$parallel -ne 0 ]; then exit $$parallel; fi; exit $$serial
 
+# The release into dist/: the sdist, then the wheel built from it (what tests/test_packaging.py
+# checks). Without build isolation: the test install holds the hatchling [build-system] names,
+# so nothing is downloaded.
+dist: $(TEST_STAMP)  ## dist/pgenough-VERSION.tar.gz and dist/pgenough-VERSION-py3-none-any.whl
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
 bench-queue: $(TEST_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench.queue
@@ -71,4 +78,4 @@ screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; ne
 	$(BIN)/python -m tests.ui.screenshots
 
 clean:
-	rm -rf $(VENV) .pgenough-test .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .pgenough-test dist .mypy_cache .ruff_cache .pytest_cache

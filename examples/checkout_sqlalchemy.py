@@ -1,5 +1,8 @@
 """Order checkout with a SQLAlchemy ORM model: examples/checkout.py's story, on a sync Session.
 
+Install: ``pip install pgenough 'sqlalchemy>=2'`` (SQLAlchemy's ``postgresql+psycopg``
+dialect runs on the psycopg 3 that the core brings).
+
 1. ``place_order`` (what a Flask or other synchronous view would call) adds the ``Order`` and
    enqueues the ``confirm_order`` task in the session's transaction, on the psycopg
    connection that ``sqlalchemy_connection(session)`` returns: the order and its job commit
@@ -10,9 +13,10 @@
    before its commit, as a crash would: its writes roll back with the completion, the job
    runs again, and every order ends up confirmed exactly once.
 
-Run it with no set-up (an embedded PostgreSQL starts when ``DATABASE_URL`` is unset)::
+Run it against your PostgreSQL (with ``pgenough[embedded]`` installed, an embedded one starts
+when ``DATABASE_URL`` is unset)::
 
-    python examples/checkout_sqlalchemy.py
+    DATABASE_URL=postgresql://localhost/shop python examples/checkout_sqlalchemy.py
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import httpx
 import psycopg
 import pytest
 
+from pgenough import __version__
 from pgenough.api.ui.throttle import FREE_FAILURES
 from pgenough.core.migrations import available
 from tests.helpers.procs import ROOT
@@ -41,7 +42,7 @@ def free_port() -> int:
 def test_version(worker_env: dict[str, str]) -> None:
     result = pgenough("--version", env=worker_env)
     assert result.returncode == 0
-    assert result.stdout.strip() == "pgenough 0.1.0"
+    assert result.stdout.strip() == f"pgenough {__version__}"
 
 
 def test_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> None:
@@ -72,42 +73,6 @@ def test_migrate_reports_the_schema_version(worker_env: dict[str, str]) -> None:
     assert result.returncode == 0, result.stderr
     latest = available()[-1].version
     assert result.stdout.strip().splitlines()[-1] == f"schema version {latest}"
-
-
-def run_example(env: dict[str, str], script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, f"examples/{script}", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return result
-
-
-@pytest.mark.db
-@pytest.mark.slow
-def test_checkout_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
-    result = run_example(worker_env, "checkout.py", "--orders", "3", "--port", str(free_port()))
-    assert "refused: 409 sold-out-item is out of stock (no order, no job)" in result.stdout
-    assert "out-of-stock orders stored: 0; confirm_order jobs left: 0" in result.stdout
-    assert "all 3 orders confirmed exactly once." in result.stdout
-    assert result.stdout.count("  confirmed: order") == 3
-
-
-@pytest.mark.db
-def test_checkout_sqlalchemy_example_runs_end_to_end(worker_env: dict[str, str]) -> None:
-    result = run_example(worker_env, "checkout_sqlalchemy.py", "--orders", "3")
-    lines = result.stdout.splitlines()
-    assert "refused: sold-out-item is out of stock (no order, no job)" in lines
-    # The first order's first attempt failed before its commit and ran again; none twice.
-    assert "  confirmed: order 1 (attempt 2)" in lines
-    assert "worker: 3 completed, 1 failed attempt(s)" in lines
-    for n in (1, 2, 3):
-        assert f"order {n}: CONFIRMED, confirmed 1 time(s)" in lines
-    assert lines[-1] == "all 3 orders confirmed exactly once."
 
 
 @pytest.mark.db
