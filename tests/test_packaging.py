@@ -147,10 +147,7 @@ def test_the_readme_names_each_extra_and_only_those(release: Release) -> None:
     named = set(re.findall(r"pgenough\[([a-z0-9-]+)\]", section))
     named |= set(re.findall(r"\.\[([a-z0-9-]+)\]", section))  # pip install '.[service]'
     named |= set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.MULTILINE))
-    # The branch of the Django app declares `django` (issue 23); until it is merged, the
-    # README names it ahead of pyproject.toml. Empty once both are in.
-    ahead = {"django"} - declared
-    assert named - ahead == declared, (sorted(named), sorted(declared))
+    assert named == declared, (sorted(named), sorted(declared))
     for extra in declared:
         # A row of the table of extras: | `name` | what it brings |
         assert re.search(rf"^\| `{extra}` \| \S", section, re.MULTILINE), extra

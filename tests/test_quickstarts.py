@@ -74,22 +74,6 @@ ADAPTER_ERROR = "sqlalchemy_connection(AsyncSession("
 """The script of the errors section that passes an AsyncSession to the sync adapter."""
 
 
-def _adapter_refuses_the_wrong_session() -> bool:
-    """Whether ``sqlalchemy_connection`` refuses an ``AsyncSession`` with a TypeError (the
-    core-ergonomics branch of issue 23; before it, an AttributeError from inside)."""
-    from sqlalchemy.ext.asyncio import AsyncSession
-
-    from pgenough.core.orm import sqlalchemy_connection
-
-    try:
-        sqlalchemy_connection(AsyncSession())  # type: ignore[arg-type]
-    except TypeError:
-        return True
-    except AttributeError:
-        return False
-    return False
-
-
 def as_url(conninfo: str) -> str:
     """A ``postgresql://`` URL for a libpq connection string, as users set DATABASE_URL
     (and as SQLAlchemy's make_url reads it)."""
@@ -169,8 +153,6 @@ def test_the_page_runs_in_order(project: tuple[Path, dict[str, str]]) -> None:
 
 @pytest.mark.db
 def test_the_adapter_error_names_the_right_adapter(project: tuple[Path, dict[str, str]]) -> None:
-    if not _adapter_refuses_the_wrong_session():
-        pytest.skip("the TypeError for the wrong adapter comes with the core-ergonomics branch")
     cwd, env = project
     [shop] = [s for s in STEPS if s.name == "shop.py"]
     (cwd / "shop.py").write_text(shop.text, "utf-8")
@@ -184,10 +166,4 @@ def test_every_command_named_exists() -> None:
     invocations = pgenough_invocations(DOC.read_text("utf-8"))
     assert ["worker", "run", "shop:app", "--concurrency", "8", "--batch-size", "20"] in invocations
     problems = [p for argv in invocations if (p := command_problem(argv))]
-    if command_problem(["worker", "run", "--batch-size", "1"]) is not None:
-        # `--batch-size` comes with the core-ergonomics branch of issue 23: until it is
-        # merged here, that one option is the page's only unknown one.
-        problems = [
-            p for p in problems if p != "pgenough worker run: unknown option(s) ['--batch-size']"
-        ]
     assert not problems, problems

@@ -6,8 +6,10 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection, transaction
 from django.test import TestCase, TransactionTestCase
 
+from pgenough.contrib.django import app
 from pgenough.contrib.django.models import DeadJob, Job
 from pgenough.core.orm import django_connection
+from pgenough.core.testing import run_jobs
 from shop.models import Order
 from shop.tasks import send_receipt
 
@@ -25,6 +27,20 @@ class EnqueueTests(TestCase):
         order_id = response.json()["order"]
         job = await Job.objects.aget()
         self.assertEqual(job.payload, {"order_id": order_id})
+
+
+class RunTheJobsTests(TestCase):
+    def test_the_receipt_is_sent(self) -> None:
+        self.client.get("/orders/", {"email": "dee@example.com"})
+        report = run_jobs(django_connection(), app)  # in this test's transaction
+        self.assertEqual(report.completed_kinds, [send_receipt.name])
+        self.assertEqual(Order.objects.get().receipts, 1)
+        self.assertFalse(Job.objects.exists())  # completed jobs are deleted
+
+    def test_a_failing_task_fails_the_test(self) -> None:
+        send_receipt.enqueue(django_connection(), order_id="not a number")
+        with self.assertRaises(ValueError):  # the task's own error, re-raised
+            run_jobs(django_connection(), app)
 
 
 class CommitTests(TransactionTestCase):
