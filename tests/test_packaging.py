@@ -237,7 +237,8 @@ def test_a_task_runs_end_to_end_on_the_core_alone(core_venv: CoreVenv, core_db: 
     result = core_venv.python("enqueue.py", core_db)
     check(result)
     assert result.stdout.strip() == (
-        "refused: task 'shop_tasks.record': got an unexpected keyword argument 'colour'"
+        "refused: task 'shop_tasks.record': unexpected keyword argument 'colour';"
+        " its parameters: n, note"
     )
     result = core_venv.pgenough("worker", "run", "shop_tasks:app", "--until-idle", env=env)
     check(result)

@@ -17,13 +17,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 from tests.helpers.procs import ROOT
+from tests.helpers.wheel import INSTALL_TIMEOUT, built_once, check, clean_env
 
 CACHE = ROOT / ".pgenough-test" / "py312"
-INSTALL_TIMEOUT = 600
-"""Seconds for making the environment: pip may fetch Django and psycopg from the registry."""
 DJANGO6 = "django>=6,<7"
 
 
@@ -49,16 +47,6 @@ def _key(python: Path) -> str:
     return digest.hexdigest()
 
 
-def _clean_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k.upper() not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
-    }
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
-
-
 def django6_python() -> Path:
     """The Python of the Django 6 environment (built on first use); skips without 3.12."""
     python = python312()
@@ -67,35 +55,31 @@ def django6_python() -> Path:
         if os.environ.get("PGENOUGH_REQUIRE_PY312") == "1":
             pytest.fail(reason)
         pytest.skip(reason)
-    venv = CACHE / _key(python)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(CACHE / "build.lock"):
-        if not (venv / "ready").exists():
-            for old in CACHE.iterdir():
-                if old.is_dir():
-                    shutil.rmtree(old)
-            env = _clean_env()
 
-            def run(*args: str | Path) -> None:
-                result = subprocess.run(
+    def build(cache: Path) -> None:
+        env = clean_env()
+
+        def run(*args: str | Path) -> None:
+            check(
+                subprocess.run(
                     [str(a) for a in args],
                     env=env,
                     capture_output=True,
                     text=True,
                     timeout=INSTALL_TIMEOUT,
                 )
-                assert result.returncode == 0, f"{result.args}:\n{result.stdout}\n{result.stderr}"
-
-            run(python, "-m", "venv", venv)
-            run(
-                venv / "bin" / "python",
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "-e",
-                f"{ROOT}[django]",
-                DJANGO6,
             )
-            (venv / "ready").touch()
-    return venv / "bin" / "python"
+
+        run(python, "-m", "venv", cache)
+        run(
+            cache / "bin" / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "-e",
+            f"{ROOT}[django]",
+            DJANGO6,
+        )
+
+    return built_once(CACHE, _key(python), build) / "bin" / "python"

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,7 +126,6 @@ def _built(cache: Path) -> None:
         check(result)
         return result.stdout + result.stderr
 
-    cache.mkdir()
     # Without build isolation, hatchling is the test environment's (the test extra holds the
     # one [build-system] names): an isolated build would install it twice (for the sdist and
     # for the wheel) on every run of CI. Without --sdist or --wheel, `build` makes the sdist
@@ -136,20 +135,27 @@ def _built(cache: Path) -> None:
     [wheel] = (cache / "dist").glob("pgenough-*.whl")
     run(sys.executable, "-m", "venv", cache / "venv")
     run(cache / "venv" / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
-    (cache / "ready").touch()
 
 
 def release_dir() -> Path:
     """The cache directory of this state of the sources, built if it was not."""
-    cache = PACKAGING_CACHE / sources_key()
-    PACKAGING_CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(PACKAGING_CACHE / "build.lock"):
+    return built_once(PACKAGING_CACHE, sources_key(), _built)
+
+
+def built_once(root: Path, key: str, build: Callable[[Path], None]) -> Path:
+    """``root``/``key``, made by ``build`` (into that new directory) unless a finished one is
+    there. Under a file lock: the xdist workers and CI's second pass wait for the first, and
+    reuse what it made; older keys' directories are removed, of no more use."""
+    cache = root / key
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(root / "build.lock"):
         if not (cache / "ready").exists():
-            # The builds of older sources are of no more use.
-            for old in PACKAGING_CACHE.iterdir():
+            for old in root.iterdir():
                 if old.is_dir():
                     shutil.rmtree(old)
-            _built(cache)
+            cache.mkdir()
+            build(cache)
+            (cache / "ready").touch()
     return cache
 
 
