@@ -42,3 +42,20 @@ def test_parse_job_state() -> None:
     assert parse_job_state("dead") is JobState.DEAD
     with pytest.raises(ValueError, match="state must be one of ready, running, dead, cancelled"):
         parse_job_state("done")
+
+
+async def test_a_job_record_carries_a_job_state(db: AsyncConnectionPool) -> None:
+    """``JobRecord.state`` is the enum, not the row's text, and still reads as its value."""
+    import json
+
+    from pgenough.core import enqueue, get_job, list_jobs
+
+    async with db.connection() as conn:
+        job_id = await enqueue(conn, "states.probe", {})
+        record = await get_job(conn, job_id)
+        [listed] = await list_jobs(conn)
+    assert record is not None
+    assert record.state is JobState.READY
+    assert listed.state is JobState.READY
+    assert record.state == "ready"
+    assert json.dumps({"state": record.state}) == '{"state": "ready"}'

@@ -114,7 +114,8 @@ class JobRecord:
     kind: str
     payload: Any
     priority: int
-    state: str
+    state: JobState
+    """A ``JobState`` (a ``str``: it compares, hashes and serializes as its value)."""
     attempts: int
     max_attempts: int
     run_at: datetime
@@ -126,6 +127,11 @@ class JobRecord:
     dedupe_key: str | None
     last_error: str | None
     errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Rows bring the enum's text (the statements select state::text).
+        if not isinstance(self.state, JobState):
+            object.__setattr__(self, "state", JobState(self.state))
 
 
 @dataclass(frozen=True)
