@@ -255,6 +255,19 @@ class Settings(BaseSettings):
         " believes: IP addresses and CIDR networks, comma-separated. Empty: nobody's; the"
         " client address (login throttle, access log) is the socket's peer.",
     )
+    api_read_url: str | None = Field(
+        default=None,
+        description="A streaming replica (hot standby) of the database that /search reads;"
+        " writes, LISTEN, readiness and the dashboard stay on the primary. Unset: /search"
+        " reads the primary (docs/operations.md, reads from a replica).",
+    )
+    api_max_replica_lag: float = Field(
+        default=api_defaults.DEFAULT_MAX_REPLICA_LAG,
+        gt=0,
+        description="Seconds api_read_url may be behind the primary (measured against the"
+        " primary's WAL position, so an idle primary is no lag); past it, or while the replica"
+        " does not answer, /search reads the primary.",
+    )
     api_cursor_secret: SecretStr | None = Field(
         default=None,
         description="Signs /search's after= cursors (at least 32 characters), the same on every"
@@ -430,6 +443,8 @@ class Settings(BaseSettings):
         secret = self.api_cursor_secret
         return ApiConfig(
             database_url=self.database_url,
+            read_url=self.api_read_url,
+            max_replica_lag=self.api_max_replica_lag,
             cursor_key=None if secret is None else cursor.key_of_setting(secret.get_secret_value()),
             pool_max_size=self.pool_max_size,
             max_concurrent_searches=self.api_max_concurrent_searches,

@@ -45,6 +45,7 @@ from starlette.types import Receive, Scope, Send
 from pgenough.api import metrics
 from pgenough.api.deps import ApiState
 from pgenough.api.errors import TooBusy, Unavailable
+from pgenough.api.replica import read_connection
 from pgenough.api.search import Page, Q, SearchQuery, fetch_page
 from pgenough.core.errors import first_line
 
@@ -119,7 +120,9 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
     try:
         await stack.enter_async_context(api.bulkhead.slot())
         with database_errors(config.search_timeout):
-            conn = await stack.enter_async_context(api.pool.connection(timeout=config.pool_timeout))
+            conn, replayed = await read_connection(
+                api.replica, api.pool, stack, config.pool_timeout
+            )
             if config.search_delay:
                 await conn.execute(Q["delay"], {"seconds": config.search_delay})
             page = await fetch_page(conn, query, query.after, query.offset)
@@ -134,7 +137,7 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
             await stack.aclose()
             answer = answer_of(page, query)
             if key is not None:
-                api.cache.put(key, answer, generation)
+                api.cache.put(key, answer, generation, replayed)
             return answer.response()
     except BaseException:
         await stack.aclose()

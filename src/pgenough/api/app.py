@@ -24,7 +24,7 @@ import psycopg
 from fastapi import FastAPI
 
 from pgenough import __version__
-from pgenough.api import cursor, docs, errors, health, routes, ui
+from pgenough.api import cursor, docs, errors, health, replica, routes, ui
 from pgenough.api.answer import Answer
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache, invalidate_on
@@ -102,17 +102,41 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         name="pgenough-api",
         statement_timeout=config.search_timeout,
     )
+    read: replica.Replica | None = None
+    if config.read_url is not None:
+        # Not waited for: the API starts, reading the primary, while the replica is away.
+        read_pool = await open_pool(
+            config.read_url,
+            min_size=min(POOL_MIN_SIZE, config.pool_max_size),
+            max_size=config.pool_max_size,
+            name="pgenough-api-read",
+            statement_timeout=config.search_timeout,
+            wait=False,
+        )
+        read = replica.Replica(read_pool, config.max_replica_lag)
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
     bulkhead = Bulkhead(
         config.max_concurrent_searches, config.bulkhead_wait, config.max_concurrent_streams
     )
     services = Services()
     try:
+        if read is not None:
+            probed = asyncio.Event()
+            watched = read  # bound for the closure
+            await services.start(
+                TaskService(
+                    "api-replica",
+                    lambda: replica.watch(watched, pool, probed),
+                    ready=probed,
+                    ready_timeout=LISTEN_START_TIMEOUT,
+                )
+            )
         if config.cache_enabled:
             listening = asyncio.Event()
+            fence = None if read is None else (lambda: replica.primary_lsn(pool))
             listener = TaskService(
                 "api-cache",
-                lambda: invalidate_on(cache, url, listening),
+                lambda: invalidate_on(cache, url, listening, fence=fence),
                 ready=listening,
                 ready_timeout=LISTEN_START_TIMEOUT,
             )
@@ -127,9 +151,11 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         else:
             async with pool.connection() as conn:
                 cursor_key = await database_cursor_key(conn)
-        yield ApiState(config, pool, cache, bulkhead, cursor_key)
+        yield ApiState(config, pool, cache, bulkhead, cursor_key, read)
     finally:
         await services.stop()
+        if read is not None:
+            await read.pool.close()
         await pool.close()
 
 

@@ -15,6 +15,11 @@ Losing the cache changes speed, never answers:
 * the cache is used only while its listener is connected (``listening``): the moment the
   subscription finds its connection lost it is emptied and bypassed, all the while the
   reconnects fail, until the ``Gap`` of the reconnect says it listens again;
+* with a read replica (``pgenough.api.replica``) the messages still come from the primary,
+  and the replica may not have replayed the change yet: after each invalidation the
+  listener reads the primary's WAL position, the cache's *fence*, and an answer read on the
+  replica is stored only when the replica had replayed the fence before its query began
+  (``put``'s ``replayed``). Until the fence is known nothing read on the replica is stored;
 * while a dropped connection goes unnoticed (a silent network: at most twice the
   subscription's ping interval, its wait and its ping) an entry can outlive a change, never
   beyond its TTL.
@@ -26,8 +31,11 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Final, Generic, TypeVar
+
+import psycopg
+from psycopg_pool import PoolTimeout
 
 from pgenough.api import metrics
 from pgenough.core import Backoff, Gap, subscribe
@@ -58,6 +66,10 @@ class ResponseCache(Generic[V]):
         self.listener_pid: int | None = None
         """The server process of the listening session, while there is one."""
         self.invalidations = 0
+        self.fence: int | None = 0
+        """The primary's WAL position (``pgenough.api.replica.lsn``) a replica must have
+        replayed for its answers to be stored; None: not known yet since the last
+        invalidation. Only answers read on a replica are held to it."""
         self._changed = asyncio.Event()
 
     @property
@@ -81,10 +93,15 @@ class ResponseCache(Generic[V]):
         metrics.CACHE_MISSES.inc()
         return None
 
-    def put(self, key: Hashable, value: V, generation: int) -> bool:
+    def put(self, key: Hashable, value: V, generation: int, replayed: int | None = None) -> bool:
         """Store ``value`` unless the cache was invalidated since ``generation`` was read
-        (before the search asked PostgreSQL): then the answer may predate new plans."""
+        (before the search asked PostgreSQL): then the answer may predate new plans. An
+        answer read on a replica that had replayed up to ``replayed`` (read before its query)
+        is stored only if that is at or past the ``fence``: else it may predate the change
+        the last invalidation announced."""
         if not self.enabled or generation != self.generation:
+            return False
+        if replayed is not None and (self.fence is None or replayed < self.fence):
             return False
         self._entries[key] = (self._clock() + self.ttl, value)
         self._entries.move_to_end(key)
@@ -95,10 +112,17 @@ class ResponseCache(Generic[V]):
     def invalidate(self, reason: str) -> None:
         self._entries.clear()
         self.generation += 1
+        self.fence = None
         self.invalidations += 1
         metrics.CACHE_INVALIDATIONS.labels(reason).inc()
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def set_fence(self, generation: int, position: int) -> None:
+        """The primary's position read after the invalidation that made ``generation``;
+        ignored when a later invalidation came meanwhile (it reads its own)."""
+        if generation == self.generation:
+            self.fence = position
 
     async def wait_invalidations(self, count: int) -> None:
         """Return once ``invalidations`` reaches ``count`` (a hook for tests: no sleeps)."""
@@ -118,9 +142,21 @@ async def invalidate_on(
     started: asyncio.Event,
     *,
     ping_interval: float = 5.0,
+    fence: Callable[[], Awaitable[int]] | None = None,
 ) -> None:
     """Empty ``cache`` on every ``plans_changed`` message and every gap, until cancelled.
-    ``started`` is set once the first LISTEN succeeded or failed."""
+    ``started`` is set once the first LISTEN succeeded or failed. ``fence`` (with a read
+    replica): the primary's WAL position, read after each invalidation for ``set_fence``."""
+
+    async def fenced() -> None:
+        if fence is None:
+            return
+        generation = cache.generation
+        try:
+            cache.set_fence(generation, await fence())
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            # Answers read on the replica stay unstored until the next invalidation's fence.
+            log.warning("cache fence not read from the primary: %s", exc)
 
     def lost(reason: str) -> None:
         log.warning("cache listener lost its connection (%s); cache bypassed", reason)
@@ -138,6 +174,7 @@ async def invalidate_on(
                 retry_connect=RELISTEN,
             ) as sub:
                 cache.set_listening(True, "listener", sub.backend_pid)
+                await fenced()
                 started.set()
                 restarts.succeeded()
                 async for item in sub:
@@ -145,6 +182,7 @@ async def invalidate_on(
                         cache.set_listening(True, "gap", sub.backend_pid)
                     else:
                         cache.invalidate(PLANS_CHANGED)
+                    await fenced()
         except Exception as exc:  # the top of a service loop: log, bypass the cache, listen again
             log.exception("cache invalidation listener failed; cache bypassed until it is back")
             cache.set_listening(False, "listener")

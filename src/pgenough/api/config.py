@@ -10,6 +10,7 @@ from pgenough.api.defaults import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_CACHE_TTL,
     DEFAULT_MAX_CONCURRENT_SEARCHES,
+    DEFAULT_MAX_REPLICA_LAG,
     DEFAULT_POOL_MAX_SIZE,
     DEFAULT_POOL_TIMEOUT,
     DEFAULT_PRESSURE_INTERVAL,
@@ -31,6 +32,11 @@ class ApiConfig:
     database_url: str | None = None
     """The server to serve from, resolved by the caller (``Settings.resolve_database_url``);
     None only while the settings are being checked: the app refuses to start without one."""
+    read_url: str | None = None
+    """A streaming replica of ``database_url`` that ``/search`` reads (``api/replica.py``);
+    None: searches read ``database_url``."""
+    max_replica_lag: float = DEFAULT_MAX_REPLICA_LAG
+    """Seconds ``read_url`` may be behind before searches read ``database_url`` instead."""
     cursor_key: bytes | None = field(default=None, repr=False)
     """Signs ``/search`` cursors (from ``api_cursor_secret``); None: the database's secret."""
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
@@ -77,6 +83,7 @@ class ApiConfig:
             "stream_stall_timeout",
             "pool_timeout",
             "ready_timeout",
+            "max_replica_lag",
         ):
             if not getattr(self, name) > 0:
                 raise ApiConfigError(f"api_{name} must be greater than 0")

@@ -28,6 +28,9 @@ DEFAULT_READY_FULL_AFTER: Final = 10.0
 """Seconds every search slot may stay taken before /health/ready reports it."""
 DEFAULT_CACHE_SIZE: Final = 256
 DEFAULT_CACHE_TTL: Final = 5.0
+DEFAULT_MAX_REPLICA_LAG: Final = 5.0
+"""Seconds a read replica may be behind the primary before searches read the primary: as
+stale as a cached page may be (``DEFAULT_CACHE_TTL``)."""
 DEFAULT_PRESSURE_THRESHOLD: Final = 0.5
 """Share of the API's search slots in use above which it publishes pressure."""
 DEFAULT_PRESSURE_INTERVAL: Final = 0.1

@@ -8,7 +8,9 @@ no uncached search, and a load balancer should send searches elsewhere until it 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 
 import psycopg
 from fastapi import APIRouter
@@ -44,7 +46,11 @@ async def live() -> Response:
     summary="The database answers",
     response_class=JSONResponse,
     responses={
-        200: {"model": StatusResponse, "description": "A SELECT 1 answered in time."},
+        200: {
+            "model": StatusResponse,
+            "description": "A SELECT 1 answered in time; with PGENOUGH_API_READ_URL, where"
+            " /search reads and the replica's lag.",
+        },
         503: {
             "model": ErrorResponse,
             "description": "UNAVAILABLE: the database did not, or every search slot has been"
@@ -66,7 +72,13 @@ async def ready(api: ApiDep) -> Response:
             await conn.execute(Q["ready"])
     except (TimeoutError, PoolTimeout, psycopg.OperationalError) as exc:
         raise Unavailable(f"the database did not answer within {timeout:g} s") from exc
-    return Response(READY, media_type="application/json")
+    if api.replica is None:
+        return Response(READY, media_type="application/json")
+    # Ready either way: past its lag, or away, the replica's searches go to the primary.
+    lag = api.replica.lag
+    replica = {"reading": api.replica.reading, "lag_seconds": None if math.isinf(lag) else lag}
+    body = {"data": {"status": "ready", "replica": replica}, "error": None}
+    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
 
 
 @router.get(

@@ -47,6 +47,24 @@ CACHE_INVALIDATIONS = Counter(
     ["reason"],
 )
 
+REPLICA_LAG = Gauge(
+    "pgenough_api_replica_lag_seconds",
+    "How far the read replica (PGENOUGH_API_READ_URL) is behind the primary, at most, as of"
+    " its last probe; +Inf while it does not answer. 0 without a read replica.",
+)
+REPLICA_READS = Counter(
+    "pgenough_api_search_reads",
+    "Searches that asked PostgreSQL, by where they read (replica, primary); only with a read"
+    " replica.",
+    ["target"],
+)
+REPLICA_FALLBACKS = Counter(
+    "pgenough_api_replica_fallbacks",
+    "Searches that read the primary instead of the read replica, by reason (lag: past"
+    " PGENOUGH_API_MAX_REPLICA_LAG; unreachable).",
+    ["reason"],
+)
+
 
 # The methods some route of the app answers (a test keeps this in step with the routes); any
 # other, registered (PUT, PATCH, WebDAV's) or invented, is counted as OTHER_METHOD, so

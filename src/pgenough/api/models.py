@@ -52,8 +52,17 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+class ReplicaStatus(BaseModel):
+    reading: Literal["replica", "primary"]
+    """Where /search reads now."""
+    lag_seconds: float | None
+    """At most how far the read replica is behind; null while it does not answer."""
+
+
 class Status(BaseModel):
     status: Literal["live", "ready"]
+    replica: ReplicaStatus | None = None
+    """/health/ready only, with PGENOUGH_API_READ_URL set."""
 
 
 class StatusResponse(BaseModel):

@@ -1,0 +1,209 @@
+"""A real PostgreSQL primary and hot standby (streaming replication) for the replica tests.
+
+``StandbyPair`` runs ``initdb`` for a primary in a temporary directory (``wal_level=replica``,
+trust authentication for local and replication connections, unix sockets in the directory,
+free ports), starts it, clones it with ``pg_basebackup -R -X stream`` and starts the clone as
+a hot standby. It can pause and resume the standby's replay, stop and start the standby, and
+always stops both in ``close``.
+
+``pg_ctl`` refuses to run as root: as root the servers run as the ``postgres`` system user
+(``runuser``), their directory handed to that user. Without the PostgreSQL 15 binaries the
+tests that need a pair are skipped, unless ``PGENOUGH_REQUIRE_STANDBY=1`` says they must run.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+import psycopg
+import pytest
+
+from pgenough.api import replica
+from tests.api.helpers import free_port
+
+BIN: Final = Path("/usr/lib/postgresql/15/bin")
+REQUIRE: Final = "PGENOUGH_REQUIRE_STANDBY"
+SERVER_USER: Final = "postgres"
+"""The unprivileged system user the servers run as when the tests run as root."""
+TIMEOUT: Final = 60.0
+
+
+def missing() -> str | None:
+    """Why no pair can be started here, or None when one can."""
+    for tool in ("initdb", "pg_ctl", "pg_basebackup"):
+        if not (BIN / tool).is_file():
+            return f"{BIN / tool} not found (install postgresql-15)"
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam(SERVER_USER)
+        except KeyError:
+            return f"running as root and there is no {SERVER_USER!r} user to run PostgreSQL as"
+        if shutil.which("runuser") is None:
+            return "running as root and runuser is missing"
+    return None
+
+
+def skip_unless_available() -> None:
+    reason = missing()
+    if reason is None:
+        return
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{REQUIRE}=1 but no standby pair can be started: {reason}")
+    pytest.skip(f"no standby pair: {reason} (set {REQUIRE}=1 to make this a failure)")
+
+
+def wait_for(condition: object, what: str, timeout: float = TIMEOUT) -> None:
+    """Poll ``condition`` (a callable returning a truthy value) until it holds or time is up."""
+    assert callable(condition)
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:g} s")
+        time.sleep(0.02)
+
+
+class StandbyPair:
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="pgenough-standby-"))
+        self.as_user = os.geteuid() == 0
+        if self.as_user:
+            # The server user must reach its directories (mkdtemp makes them 0700, root's).
+            self.root.chmod(0o755)
+            entry = pwd.getpwnam(SERVER_USER)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self.primary_dir = self.root / "primary"
+        self.standby_dir = self.root / "standby"
+        self.primary_port = free_port()
+        self.standby_port = free_port()
+        self.started: list[Path] = []
+
+    def url(self, port: int, dbname: str = "postgres") -> str:
+        return f"host={self.root} port={port} user=postgres dbname={dbname}"
+
+    @property
+    def primary_url(self) -> str:
+        return self.url(self.primary_port)
+
+    @property
+    def standby_url(self) -> str:
+        return self.url(self.standby_port)
+
+    def _run(self, *args: str) -> None:
+        command = [str(BIN / args[0]), *args[1:]]
+        if self.as_user:
+            command = ["runuser", "-u", SERVER_USER, "--", *command]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+        if result.returncode:
+            raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr.strip()}")
+
+    def _options(self, port: int) -> str:
+        return f"-c port={port} -c unix_socket_directories={self.root} -c listen_addresses=''"
+
+    def _start(self, data: Path, port: int) -> None:
+        log = self.root / f"{data.name}.log"
+        self._run("pg_ctl", "-D", str(data), "-l", str(log), "-o", self._options(port), "-w",
+                  "-t", str(int(TIMEOUT)), "start")  # fmt: skip
+        if data not in self.started:
+            self.started.append(data)
+
+    def _stop(self, data: Path) -> None:
+        self._run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
+        self.started.remove(data)
+
+    def start(self) -> None:
+        self._run("initdb", "-D", str(self.primary_dir), "-U", "postgres", "-A", "trust",
+                  "--no-sync", "-E", "UTF8")  # fmt: skip
+        with (self.primary_dir / "postgresql.conf").open("a") as conf:
+            conf.write(
+                "wal_level = replica\nmax_wal_senders = 4\nhot_standby = on\nfsync = off\n"
+                "synchronous_commit = off\nfull_page_writes = off\n"
+                # Replay may be paused for a while by a test: keep the WAL it still needs.
+                "wal_keep_size = '256MB'\n"
+            )
+        with (self.primary_dir / "pg_hba.conf").open("a") as hba:
+            hba.write("local replication all trust\n")
+        self._start(self.primary_dir, self.primary_port)
+        self._run("pg_basebackup", "-D", str(self.standby_dir), "-R", "-X", "stream",
+                  "-d", self.url(self.primary_port), "--no-sync")  # fmt: skip
+        self.start_standby()
+
+    def start_standby(self) -> None:
+        self._start(self.standby_dir, self.standby_port)
+        wait_for(self._standby_answers, "the standby accepts connections")
+
+    def stop_standby(self) -> None:
+        self._stop(self.standby_dir)
+
+    def _standby_answers(self) -> bool:
+        try:
+            with psycopg.connect(self.standby_url, connect_timeout=2) as conn:
+                row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+                return bool(row and row[0])
+        except psycopg.OperationalError:
+            return False
+
+    def _on_standby(self, statement: str) -> None:
+        with psycopg.connect(self.standby_url, autocommit=True) as conn:
+            conn.execute(statement)  # type: ignore[arg-type]
+
+    def pause_replay(self) -> None:
+        self._on_standby("SELECT pg_wal_replay_pause()")
+
+        def paused() -> bool:
+            with psycopg.connect(self.standby_url) as conn:
+                row = conn.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
+                return bool(row and row[0] == "paused")
+
+        wait_for(paused, "the standby's replay pauses")
+
+    def resume_replay(self) -> None:
+        self._on_standby("SELECT pg_wal_replay_resume()")
+
+    def wait_replayed(self, timeout: float = TIMEOUT) -> None:
+        """Until the standby has replayed everything the primary has inserted so far (the
+        product's own measure, ``pgenough.api.replica``)."""
+        with psycopg.connect(self.primary_url) as conn:
+            row = conn.execute(replica.Q["primary_lsn"]).fetchone()
+        assert row is not None
+        target = row[0]
+
+        def replayed() -> bool:
+            with psycopg.connect(self.standby_url) as conn:
+                done = conn.execute(
+                    "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)
+                ).fetchone()
+                return bool(done and done[0])
+
+        wait_for(replayed, f"the standby replays up to {target}", timeout)
+
+    def close(self) -> None:
+        errors = []
+        for data in reversed(list(self.started)):  # the standby first
+            try:
+                self._stop(data)
+            except Exception as exc:  # stop the other one all the same
+                errors.append(exc)
+        shutil.rmtree(self.root, ignore_errors=True)
+        if errors:
+            raise errors[0]
+
+
+@contextmanager
+def standby_pair() -> Iterator[StandbyPair]:
+    """A running primary and standby, both stopped at the end however it ends."""
+    skip_unless_available()
+    pair = StandbyPair()
+    try:
+        pair.start()
+        yield pair
+    finally:
+        pair.close()
