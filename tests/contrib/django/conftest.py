@@ -64,9 +64,14 @@ class DjangoProject:
         return proc
 
     def sql(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        """Runs on a connection named :data:`PROBE_NAME`, so that a test counting the
+        project's connections can leave its own probes out."""
+        with psycopg.connect(self.url, autocommit=True, application_name=PROBE_NAME) as conn:
             cur = conn.execute(query, params)
             return cur.fetchall() if cur.description else []
+
+
+PROBE_NAME = "pgenough-test-probe"
 
 
 def project_env(url: str) -> dict[str, str]:
