@@ -670,9 +670,10 @@ def ingest_cell(
     max_pause: float,
     nice: int,
     tmp: Path,
+    rate: int = FIXED_RATE,
 ) -> Cell:
-    """Snapshot ``version`` fetched, then processed, with cold@1000 running for the whole of
-    each phase (wrk stopped when the phase ends)."""
+    """Snapshot ``version`` fetched, then processed, with cold searches at ``rate``/s running
+    for the whole of each phase (wrk stopped when the phase ends)."""
     env = pacing_env(url, max_pause, nice)
     cmd = pgenough_command()
     label = f"{placement.name}, {pacing_label(max_pause, nice)}"
@@ -696,12 +697,12 @@ def ingest_cell(
             start = time.monotonic()
             during_fetch = run_wrk(
                 api,
-                f"cold@1000 during fetch [{label}]",
+                f"cold@{rate} during fetch [{label}]",
                 "cold",
                 None,
                 tmp,
                 10 + version,
-                FIXED_RATE,
+                rate,
                 cpus=placement.api,
                 stop_when=lambda: fetch.ended is not None,
             )
@@ -724,12 +725,12 @@ def ingest_cell(
         start = time.monotonic()
         during_process = run_wrk(
             api,
-            f"cold@1000 during process [{label}]",
+            f"cold@{rate} during process [{label}]",
             "cold",
             None,
             tmp,
             20 + version,
-            FIXED_RATE,
+            rate,
             cpus=placement.api,
             stop_when=lambda: process.ended is not None,
         )
