@@ -221,9 +221,7 @@ async def test_a_stopped_replica_is_read_around_then_read_again(
             assert ready["replica"] == {
                 "reading": PRIMARY,
                 "lag_seconds": None,
-                "replicas": [
-                    {"replica": label, "up": False, "within": False, "lag_seconds": None}
-                ],
+                "replicas": [{"replica": label, "up": False, "within": False, "lag_seconds": None}],
             }
             metrics = (await client.get("/metrics")).text
             assert f'pgenough_api_replica_lag_seconds{{replica="{label}"}} +Inf' in metrics
