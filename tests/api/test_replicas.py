@@ -2,10 +2,12 @@
 them: the syntax, the labels, the turn; on a real primary with two hot standbys
 (``tests/helpers/standby``) started once for the module, a paused replica passed over, the
 cache's fence per replica, both stopped then one restarted, a change on the dashboard within
-the bound, and an action's page showing its effect at once (read-your-writes)."""
+the bound, an action's page showing its effect at once (read-your-writes), and the live
+overview held to the change it announces."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -32,7 +34,11 @@ from pgenough.api.replica import (
 from pgenough.api.search import parse_query
 from pgenough.api.ui.auth import WROTE_COOKIE
 from pgenough.api.ui.deps import READ_HEADER
-from pgenough.core import enqueue, migrate, open_pool
+from pgenough.api.ui.state import UiState, overview_event, reading
+from pgenough.core import enqueue, migrate, open_pool, publish
+from pgenough.jsonable import as_json
+from pgenough.plans import inspect
+from pgenough.plans.events import RUN_CHANGED
 from pgenough.settings import Settings
 from tests.api.helpers import Plan, add_plans, api_settings, events, serving, state
 from tests.api.test_replica import WAIT, until
@@ -385,3 +391,32 @@ async def test_an_actions_page_shows_its_effect_at_once_read_your_writes(
 
         # The cookie still holds; the replicas have the write, so they are read again.
         await until(on_a_replica, "the acting browser reads a replica again", timeout=WAIT)
+
+
+@pytest.mark.slow
+async def test_the_live_overview_never_shows_a_change_it_announced_missing(
+    fresh: StandbyPair, primary: AsyncConnectionPool
+) -> None:
+    """Replay paused within the bound: after a run_changed message, the feed's snapshot
+    reads only a replica that has the change (here none: the primary), while a plain read
+    still gets a replica without it."""
+    async with serving(settings(fresh, api_max_replica_lag=60.0)) as (app, _):
+        replicas = state(app).replicas
+        ui: UiState = app.state.ui
+        assert replicas is not None and ui.replicas is not None
+        await until(lambda: all(lag.within for lag in replicas.measures), "both are read")
+        await until(lambda: ui.feed.fence is not None, "the feed's first fence is read")
+        fresh.pause_replay(0)
+        fresh.pause_replay(1)
+        before = ui.feed.fence
+        async with primary.connection() as conn, conn.transaction():
+            await enqueue(conn, "noop", queue="replica-live")
+            await publish(conn, RUN_CHANGED, "{}")
+        await until(lambda: ui.feed.fence != before, "the feed reads a new fence")
+
+        event = await overview_event(ui)
+        assert event.name == "overview" and "replica-live" in event.data
+        async with reading(ui) as read:  # no fence: a replica, as of before the change
+            assert read.replica is not None
+            stale = as_json(await inspect.overview(read.conn))
+        assert "replica-live" not in json.dumps(stale)
