@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client import REGISTRY
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import MIGRATIONS
@@ -27,6 +28,7 @@ from pgenough.api.replica import (
     ReadUrlError,
     Replica,
     Replicas,
+    as_user_of,
     label_of,
     labels_of,
     parse_read_urls,
@@ -93,6 +95,26 @@ def test_labels_name_host_and_port_never_a_password() -> None:
         "b:5432",
     )
     assert all("s3cret" not in label for label in labels_of(["postgresql://u:s3cret@h/db"]))
+
+
+def test_the_dashboards_role_reads_the_replicas_as_itself() -> None:
+    """With PGENOUGH_UI_DATABASE_URL, the dashboard's pools on the API's replicas connect as
+    its user, with its password; host, port and database stay the replica's."""
+    dashboard = "postgresql://pgenough_ui:ui-pw@primary:5432/pgenough"
+    url = as_user_of("postgresql://pgenough_api:api-pw@standby:5433/pgenough", dashboard)
+    assert conninfo_to_dict(url) == {
+        "user": "pgenough_ui",
+        "password": "ui-pw",
+        "host": "standby",
+        "port": "5433",
+        "dbname": "pgenough",
+    }
+    assert as_user_of("host=standby", "host=primary") == "host=standby"  # no user to take
+
+
+def test_a_read_url_that_does_not_parse_is_a_config_error() -> None:
+    with pytest.raises(ApiConfigError, match=r"^api_read_url: a read URL does not parse: [^\n]+$"):
+        api_settings("host=primary", api_read_url="host=a port").api_config()
 
 
 def _replicas(*lags: Lag) -> Replicas:

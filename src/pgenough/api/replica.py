@@ -52,6 +52,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgenough.api import metrics
 from pgenough.core import named_queries, open_pool
+from pgenough.core.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def label_of(url: str) -> str:
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise ReadUrlError(f"a read URL does not parse: {exc}") from None
+        raise ReadUrlError(f"a read URL does not parse: {first_line(exc)}") from None
     hosts = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
     ports = str(params.get("port") or "5432").split(",")
     if len(ports) == 1:
