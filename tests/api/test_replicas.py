@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import MIGRATIONS
 from pgenough.api.errors import ApiConfigError
+from pgenough.api.models import StatusResponse
 from pgenough.api.replica import (
     PRIMARY,
     REPLICA,
@@ -222,7 +223,9 @@ async def test_a_paused_replica_past_the_bound_is_passed_over_for_the_other(
         assert reads("search", first) == before[0]
         assert reads("search", second) == before[1] + 6
 
-        ready = (await client.get("/health/ready")).json()["data"]["replica"]
+        body = (await client.get("/health/ready")).json()
+        StatusResponse.model_validate(body)  # as the OpenAPI document says
+        ready = body["data"]["replica"]
         assert ready["reading"] == REPLICA
         shown = {r["replica"]: r for r in ready["replicas"]}
         assert shown[first]["within"] is False and shown[first]["lag_seconds"] > 1.0
