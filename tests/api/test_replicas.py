@@ -445,3 +445,26 @@ async def test_the_live_overview_never_shows_a_change_it_announced_missing(
             assert read.replica is not None
             stale = as_json(await inspect.overview(read.conn))
         assert "replica-live" not in json.dumps(stale)
+
+
+@pytest.mark.slow
+async def test_past_the_bound_the_dashboard_reads_the_primary_and_says_so(
+    fresh: StandbyPair, primary: AsyncConnectionPool
+) -> None:
+    async with serving(settings(fresh, api_max_replica_lag=1.0)) as (app, client):
+        replicas = state(app).replicas
+        assert replicas is not None
+        await until(lambda: all(lag.within for lag in replicas.measures), "both are read")
+        fresh.pause_replay(0)
+        fresh.pause_replay(1)
+        job_id = await new_job(primary)
+        await until(lambda: replicas.reading == PRIMARY, "both pass the bound")
+        labels = {"reader": "dashboard", "reason": "lag"}
+        before = REGISTRY.get_sample_value("pgenough_api_replica_fallbacks_total", labels)
+        response = await client.get("/ui/jobs?queue=replica-ops")
+        assert response.status_code == 200, response.text
+        assert f"/ui/jobs/{job_id}" in response.text  # fresh: read on the primary
+        assert response.headers[READ_HEADER] == PRIMARY
+        assert "read from the primary" in response.text
+        after = REGISTRY.get_sample_value("pgenough_api_replica_fallbacks_total", labels)
+        assert after is not None and after - (before or 0.0) == 1
