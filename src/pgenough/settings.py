@@ -255,18 +255,20 @@ class Settings(BaseSettings):
         " believes: IP addresses and CIDR networks, comma-separated. Empty: nobody's; the"
         " client address (login throttle, access log) is the socket's peer.",
     )
-    api_read_url: str | None = Field(
+    api_read_url: str | list[str] | None = Field(
         default=None,
-        description="A streaming replica (hot standby) of the database that /search reads;"
-        " writes, LISTEN, readiness and the dashboard stay on the primary. Unset: /search"
-        " reads the primary (docs/operations.md, reads from a replica).",
+        description="Streaming replicas (hot standbys) of the database that /search and the"
+        " dashboard's pages read: one URL or conninfo string, or a JSON list of them (a TOML"
+        " list in the file); writes, LISTEN, readiness and the dashboard's actions stay on the"
+        " primary. Unset: everything reads the primary (docs/operations.md, reads from a"
+        " replica).",
     )
     api_max_replica_lag: float = Field(
         default=api_defaults.DEFAULT_MAX_REPLICA_LAG,
         gt=0,
-        description="Seconds api_read_url may be behind the primary (measured against the"
-        " primary's WAL position, so an idle primary is no lag); past it, or while the replica"
-        " does not answer, /search reads the primary.",
+        description="Seconds each api_read_url replica may be behind the primary (measured"
+        " against the primary's WAL position, so an idle primary is no lag); past it, or while"
+        " it does not answer, reads go to another replica within it, else the primary.",
     )
     api_cursor_secret: SecretStr | None = Field(
         default=None,
@@ -443,7 +445,7 @@ class Settings(BaseSettings):
         secret = self.api_cursor_secret
         return ApiConfig(
             database_url=self.database_url,
-            read_url=self.api_read_url,
+            read_urls=self.read_urls(),
             max_replica_lag=self.api_max_replica_lag,
             cursor_key=None if secret is None else cursor.key_of_setting(secret.get_secret_value()),
             pool_max_size=self.pool_max_size,
@@ -463,6 +465,16 @@ class Settings(BaseSettings):
             pressure_threshold=self.api_pressure_threshold,
             pressure_interval=self.api_pressure_interval,
         )
+
+    def read_urls(self) -> tuple[str, ...]:
+        """The replicas ``api_read_url`` names; ``ApiConfigError`` when it is no URL nor list."""
+        from pgenough.api.errors import ApiConfigError
+        from pgenough.api.replica import ReadUrlError, parse_read_urls
+
+        try:
+            return parse_read_urls(self.api_read_url)
+        except ReadUrlError as exc:
+            raise ApiConfigError(f"PGENOUGH_API_READ_URL: {exc}") from None
 
     def ui_config(self) -> UiConfig:
         """The dashboard's config; ``ApiConfigError`` when the settings are impossible."""

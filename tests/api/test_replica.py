@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import MIGRATIONS
 from pgenough.api.cache import ResponseCache
-from pgenough.api.replica import PRIMARY, PROBE_INTERVAL, REPLICA, Replica, lsn
+from pgenough.api.replica import PRIMARY, PROBE_INTERVAL, REPLICA, Lag, lsn
 from pgenough.core import migrate, open_pool
 from pgenough.settings import Settings
 from tests.api.helpers import Plan, add_plans, api_settings, events, serving, state
@@ -73,7 +73,7 @@ class Clock:
 
 def test_an_idle_primary_is_no_lag_and_a_stuck_replica_grows_past_the_bound() -> None:
     clock = Clock()
-    replica = Replica(pool=None, max_lag=1.0, clock=clock)  # type: ignore[arg-type]
+    replica = Lag(max_lag=1.0, clock=clock)
     for _ in range(100):  # 25 idle seconds: the primary's position does not move
         replica.sample_primary(500)
         clock.now += PROBE_INTERVAL
@@ -143,7 +143,7 @@ async def test_a_page_the_replica_has_not_caught_up_on_is_never_cached(
     fresh.wait_replayed()
     async with serving(settings(fresh, api_max_replica_lag=60.0)) as (app, client):
         api = state(app)
-        assert api.replica is not None and api.replica.reading == REPLICA
+        assert api.replicas is not None and api.replicas.reading == REPLICA
         assert ids(await client.get(PAGE)) == [PLAN_A.id]
         assert len(api.cache) == 1  # read on the replica, past the listener's fence
 
@@ -155,7 +155,7 @@ async def test_a_page_the_replica_has_not_caught_up_on_is_never_cached(
         # Within the lag bound, the replica answers as of before PLAN_B: that answer must
         # not be kept, or it would hide PLAN_B for the TTL once the replica has it.
         assert ids(await client.get(PAGE)) == [PLAN_A.id]
-        assert api.replica.reading == REPLICA
+        assert api.replicas.reading == REPLICA
         assert len(api.cache) == 0
 
         fresh.resume_replay()
@@ -174,10 +174,10 @@ async def test_past_the_lag_bound_searches_read_the_primary(
         client,
     ):
         api = state(app)
-        assert api.replica is not None
+        assert api.replicas is not None
         fresh.pause_replay()
         await add_plans(primary, PLAN_A)
-        replica = api.replica
+        replica = api.replicas
         await until(lambda: replica.reading == PRIMARY, "the lag passes the bound")
         assert ids(await client.get(PAGE)) == [PLAN_A.id]  # fresh: read on the primary
 
@@ -185,10 +185,12 @@ async def test_past_the_lag_bound_searches_read_the_primary(
         assert ready["status"] == "ready"
         assert ready["replica"]["reading"] == PRIMARY
         assert ready["replica"]["lag_seconds"] > 1.0
+        label = fresh.standby_label()
+        assert ready["replica"]["replicas"][0]["replica"] == label
         lag = next(
             float(line.split()[1])
             for line in (await client.get("/metrics")).text.splitlines()
-            if line.startswith("pgenough_api_replica_lag_seconds ")
+            if line.startswith(f'pgenough_api_replica_lag_seconds{{replica="{label}"}} ')
         )
         assert lag > 1.0
 
@@ -203,7 +205,7 @@ async def test_a_stopped_replica_is_read_around_then_read_again(
 ) -> None:
     async with serving(settings(fresh)) as (app, client):
         api = state(app)
-        replica = api.replica
+        replica = api.replicas
         assert replica is not None and replica.reading == REPLICA
         assert ids(await client.get(PAGE)) == []
         fresh.stop_standby()
@@ -215,8 +217,14 @@ async def test_a_stopped_replica_is_read_around_then_read_again(
             assert ids(await client.get(PAGE)) == [PLAN_A.id]
             await until(lambda: replica.reading == PRIMARY, "the replica is seen gone")
             ready = (await client.get("/health/ready")).json()["data"]
-            assert ready["replica"] == {"reading": PRIMARY, "lag_seconds": None}
-            assert "pgenough_api_replica_lag_seconds +Inf" in (await client.get("/metrics")).text
+            label = fresh.standby_label()
+            assert ready["replica"] == {
+                "reading": PRIMARY,
+                "lag_seconds": None,
+                "replicas": [{"replica": label, "up": False, "within": False, "lag_seconds": None}],
+            }
+            metrics = (await client.get("/metrics")).text
+            assert f'pgenough_api_replica_lag_seconds{{replica="{label}"}} +Inf' in metrics
             assert ids(await client.get(PAGE)) == [PLAN_A.id]
         finally:
             fresh.start_standby()

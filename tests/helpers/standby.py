@@ -1,10 +1,11 @@
-"""A real PostgreSQL primary and hot standby (streaming replication) for the replica tests.
+"""A real PostgreSQL primary and hot standbys (streaming replication) for the replica tests.
 
 ``StandbyPair`` runs ``initdb`` for a primary in a temporary directory (``wal_level=replica``,
 trust authentication for local and replication connections, unix sockets in the directory,
-free ports), starts it, clones it with ``pg_basebackup -R -X stream`` and starts the clone as
-a hot standby. It can pause and resume the standby's replay, stop and start the standby, and
-always stops both in ``close``.
+free ports), starts it, clones it with ``pg_basebackup -R -X stream`` once per standby
+(``standbys``, 1 by default) and starts each clone as a hot standby of the primary. It can
+pause and resume a standby's replay, stop and start a standby (each method takes the
+standby's index, the first by default), and always stops them all in ``close``.
 
 ``pg_ctl`` refuses to run as root: as root the servers run as the ``postgres`` system user
 (``runuser``), their directory handed to that user. Without the PostgreSQL 15 binaries the
@@ -72,7 +73,8 @@ def wait_for(condition: object, what: str, timeout: float = TIMEOUT) -> None:
 
 
 class StandbyPair:
-    def __init__(self) -> None:
+    def __init__(self, standbys: int = 1) -> None:
+        assert standbys >= 1
         self.root = Path(tempfile.mkdtemp(prefix="pgenough-standby-"))
         self.as_user = os.geteuid() == 0
         if self.as_user:
@@ -81,9 +83,11 @@ class StandbyPair:
             entry = pwd.getpwnam(SERVER_USER)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         self.primary_dir = self.root / "primary"
-        self.standby_dir = self.root / "standby"
+        self.standby_dirs = [
+            self.root / ("standby" if i == 0 else f"standby{i}") for i in range(standbys)
+        ]
         self.primary_port = free_port()
-        self.standby_port = free_port()
+        self.standby_ports = [free_port() for _ in range(standbys)]
         self.started: list[Path] = []
 
     def url(self, port: int, dbname: str = "postgres") -> str:
@@ -94,8 +98,24 @@ class StandbyPair:
         return self.url(self.primary_port)
 
     @property
+    def standby_dir(self) -> Path:
+        return self.standby_dirs[0]
+
+    @property
+    def standby_port(self) -> int:
+        return self.standby_ports[0]
+
+    @property
     def standby_url(self) -> str:
         return self.url(self.standby_port)
+
+    @property
+    def standby_urls(self) -> list[str]:
+        return [self.url(port) for port in self.standby_ports]
+
+    def standby_label(self, i: int = 0) -> str:
+        """How the API names standby ``i`` (``pgenough.api.replica.label_of``)."""
+        return replica.label_of(self.url(self.standby_ports[i]))
 
     def _run(self, *args: str) -> None:
         command = [str(BIN / args[0]), *args[1:]]
@@ -124,7 +144,8 @@ class StandbyPair:
                   "--no-sync", "-E", "UTF8")  # fmt: skip
         with (self.primary_dir / "postgresql.conf").open("a") as conf:
             conf.write(
-                "wal_level = replica\nmax_wal_senders = 4\nhot_standby = on\nfsync = off\n"
+                f"wal_level = replica\nmax_wal_senders = {2 * len(self.standby_dirs) + 4}\n"
+                "hot_standby = on\nfsync = off\n"
                 "synchronous_commit = off\nfull_page_writes = off\n"
                 # Replay may be paused for a while by a test: keep the WAL it still needs.
                 "wal_keep_size = '256MB'\n"
@@ -132,62 +153,77 @@ class StandbyPair:
         with (self.primary_dir / "pg_hba.conf").open("a") as hba:
             hba.write("local replication all trust\n")
         self._start(self.primary_dir, self.primary_port)
-        self._run("pg_basebackup", "-D", str(self.standby_dir), "-R", "-X", "stream",
-                  "-d", self.url(self.primary_port), "--no-sync")  # fmt: skip
-        self.start_standby()
+        for i, data in enumerate(self.standby_dirs):
+            self._run("pg_basebackup", "-D", str(data), "-R", "-X", "stream",
+                      "-d", self.url(self.primary_port), "--no-sync")  # fmt: skip
+            self.start_standby(i)
 
-    def start_standby(self) -> None:
-        self._start(self.standby_dir, self.standby_port)
-        wait_for(self._standby_answers, "the standby accepts connections")
+    def running(self, i: int) -> bool:
+        return self.standby_dirs[i] in self.started
 
-    def stop_standby(self) -> None:
-        self._stop(self.standby_dir)
+    def start_standby(self, i: int = 0) -> None:
+        self._start(self.standby_dirs[i], self.standby_ports[i])
+        wait_for(lambda: self._standby_answers(i), f"standby {i} accepts connections")
 
-    def _standby_answers(self) -> bool:
+    def stop_standby(self, i: int = 0) -> None:
+        self._stop(self.standby_dirs[i])
+
+    def _standby_url(self, i: int) -> str:
+        return self.url(self.standby_ports[i])
+
+    def _standby_answers(self, i: int) -> bool:
         try:
-            with psycopg.connect(self.standby_url, connect_timeout=2) as conn:
+            with psycopg.connect(self._standby_url(i), connect_timeout=2) as conn:
                 row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
                 return bool(row and row[0])
         except psycopg.OperationalError:
             return False
 
-    def _on_standby(self, statement: str) -> None:
-        with psycopg.connect(self.standby_url, autocommit=True) as conn:
+    def _on_standby(self, statement: str, i: int) -> None:
+        with psycopg.connect(self._standby_url(i), autocommit=True) as conn:
             conn.execute(statement)  # type: ignore[arg-type]
 
-    def pause_replay(self) -> None:
-        self._on_standby("SELECT pg_wal_replay_pause()")
+    def pause_replay(self, i: int = 0) -> None:
+        self._on_standby("SELECT pg_wal_replay_pause()", i)
 
         def paused() -> bool:
-            with psycopg.connect(self.standby_url) as conn:
+            with psycopg.connect(self._standby_url(i)) as conn:
                 row = conn.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
                 return bool(row and row[0] == "paused")
 
-        wait_for(paused, "the standby's replay pauses")
+        wait_for(paused, f"standby {i}'s replay pauses")
 
-    def resume_replay(self) -> None:
-        self._on_standby("SELECT pg_wal_replay_resume()")
+    def resume_replay(self, i: int | None = None) -> None:
+        """Resume standby ``i``'s replay; None: every running standby's."""
+        for n in range(len(self.standby_dirs)) if i is None else [i]:
+            if self.running(n):
+                self._on_standby("SELECT pg_wal_replay_resume()", n)
 
-    def wait_replayed(self, timeout: float = TIMEOUT) -> None:
-        """Until the standby has replayed everything the primary has inserted so far (the
-        product's own measure, ``pgenough.api.replica``)."""
+    def wait_replayed(self, timeout: float = TIMEOUT, i: int | None = None) -> None:
+        """Until standby ``i`` (None: every running one) has replayed everything the primary
+        has inserted so far (the product's own measure, ``pgenough.api.replica``)."""
+        for n in range(len(self.standby_dirs)) if i is None else [i]:
+            if self.running(n):
+                self._wait_replayed(n, timeout)
+
+    def _wait_replayed(self, i: int, timeout: float) -> None:
         with psycopg.connect(self.primary_url) as conn:
             row = conn.execute(replica.Q["primary_lsn"]).fetchone()
         assert row is not None
         target = row[0]
 
         def replayed() -> bool:
-            with psycopg.connect(self.standby_url) as conn:
+            with psycopg.connect(self._standby_url(i)) as conn:
                 done = conn.execute(
                     "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)
                 ).fetchone()
                 return bool(done and done[0])
 
-        wait_for(replayed, f"the standby replays up to {target}", timeout)
+        wait_for(replayed, f"standby {i} replays up to {target}", timeout)
 
     def close(self) -> None:
         errors = []
-        for data in reversed(list(self.started)):  # the standby first
+        for data in reversed(list(self.started)):  # the standbys first
             try:
                 self._stop(data)
             except Exception as exc:  # stop the other one all the same
@@ -198,10 +234,10 @@ class StandbyPair:
 
 
 @contextmanager
-def standby_pair() -> Iterator[StandbyPair]:
-    """A running primary and standby, both stopped at the end however it ends."""
+def standby_pair(standbys: int = 1) -> Iterator[StandbyPair]:
+    """A running primary and ``standbys`` standbys, all stopped at the end however it ends."""
     skip_unless_available()
-    pair = StandbyPair()
+    pair = StandbyPair(standbys)
     try:
         pair.start()
         yield pair

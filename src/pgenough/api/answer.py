@@ -120,9 +120,8 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
     try:
         await stack.enter_async_context(api.bulkhead.slot())
         with database_errors(config.search_timeout):
-            conn, replayed = await read_connection(
-                api.replica, api.pool, stack, config.pool_timeout
-            )
+            read = await read_connection(api.replicas, api.pool, stack, config.pool_timeout)
+            conn, replayed = read.conn, read.replayed
             if config.search_delay:
                 await conn.execute(Q["delay"], {"seconds": config.search_delay})
             page = await fetch_page(conn, query, query.after, query.offset)

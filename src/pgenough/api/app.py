@@ -66,7 +66,9 @@ def create_app(config: ApiConfig, ui_config: UiConfig) -> FastAPI:
         async with AsyncExitStack() as stack:
             app.state.api = await stack.enter_async_context(running(config))
             if ui_config.enabled:
-                app.state.ui = await stack.enter_async_context(ui.running(ui_config, ui_url))
+                app.state.ui = await stack.enter_async_context(
+                    ui.running(ui_config, ui_url, app.state.api.replicas)
+                )
             yield
 
     app = FastAPI(
@@ -102,18 +104,12 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
         name="pgenough-api",
         statement_timeout=config.search_timeout,
     )
-    read: replica.Replica | None = None
-    if config.read_url is not None:
-        # Not waited for: the API starts, reading the primary, while the replica is away.
-        read_pool = await open_pool(
-            config.read_url,
-            min_size=min(POOL_MIN_SIZE, config.pool_max_size),
-            max_size=config.pool_max_size,
-            name="pgenough-api-read",
-            statement_timeout=config.search_timeout,
-            wait=False,
-        )
-        read = replica.Replica(read_pool, config.max_replica_lag)
+    read = await replica.open_replicas(
+        config.read_urls,
+        config.max_replica_lag,
+        max_size=config.pool_max_size,
+        statement_timeout=config.search_timeout,
+    )
     cache: ResponseCache[Answer] = ResponseCache(config.cache_size, config.cache_ttl)
     bulkhead = Bulkhead(
         config.max_concurrent_searches, config.bulkhead_wait, config.max_concurrent_streams
@@ -155,7 +151,7 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     finally:
         await services.stop()
         if read is not None:
-            await read.pool.close()
+            await replica.close_replicas(read)
         await pool.close()
 
 

@@ -22,6 +22,7 @@ from pgenough.api.defaults import (
     DEFAULT_STREAM_TIMEOUT,
 )
 from pgenough.api.errors import ApiConfigError
+from pgenough.api.replica import ReadUrlError, labels_of
 
 # Connections the bulkhead leaves free for /health/ready and the pool's own checks.
 SPARE_CONNECTIONS: Final = 2
@@ -32,11 +33,12 @@ class ApiConfig:
     database_url: str | None = None
     """The server to serve from, resolved by the caller (``Settings.resolve_database_url``);
     None only while the settings are being checked: the app refuses to start without one."""
-    read_url: str | None = None
-    """A streaming replica of ``database_url`` that ``/search`` reads (``api/replica.py``);
-    None: searches read ``database_url``."""
+    read_urls: tuple[str, ...] = ()
+    """Streaming replicas of ``database_url`` that ``/search`` and the dashboard's pages read
+    (``api/replica.py``); empty: they read ``database_url``."""
     max_replica_lag: float = DEFAULT_MAX_REPLICA_LAG
-    """Seconds ``read_url`` may be behind before searches read ``database_url`` instead."""
+    """Seconds a replica may be behind before reads pass it over (for another, or
+    ``database_url``)."""
     cursor_key: bytes | None = field(default=None, repr=False)
     """Signs ``/search`` cursors (from ``api_cursor_secret``); None: the database's secret."""
     pool_max_size: int = DEFAULT_POOL_MAX_SIZE
@@ -91,6 +93,10 @@ class ApiConfig:
             raise ApiConfigError("api_cache_size, api_cache_ttl and api_search_delay must be >= 0")
         if self.bulkhead_wait < 0:
             raise ApiConfigError("api_bulkhead_wait must be >= 0")
+        try:
+            labels_of(self.read_urls)
+        except ReadUrlError as exc:
+            raise ApiConfigError(f"api_read_url: {exc}") from None
 
     def server_url(self) -> str:
         """``database_url``; ``ApiConfigError`` while it is unset."""

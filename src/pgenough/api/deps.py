@@ -11,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.cache import ResponseCache
 from pgenough.api.config import ApiConfig
-from pgenough.api.replica import Replica
+from pgenough.api.replica import Replicas
 
 if TYPE_CHECKING:
     from pgenough.api.answer import Answer
@@ -27,8 +27,8 @@ class ApiState:
     bulkhead: Bulkhead
     cursor_key: bytes = field(repr=False)
     """What signs and checks ``/search`` cursors (``api_cursor_secret``, or the database's)."""
-    replica: Replica | None = None
-    """The read replica ``/search`` reads while it is within its lag (``api_read_url``)."""
+    replicas: Replicas | None = None
+    """The read replicas ``/search`` reads while they are within their lag (``api_read_url``)."""
 
 
 # Async on purpose: FastAPI runs plain ``def`` dependencies in its thread pool, a thread

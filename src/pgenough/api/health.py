@@ -49,7 +49,8 @@ async def live() -> Response:
         200: {
             "model": StatusResponse,
             "description": "A SELECT 1 answered in time; with PGENOUGH_API_READ_URL, where"
-            " /search reads and the replica's lag.",
+            " reads go, the least lag, and each replica's (host:port, up, within the bound,"
+            " lag).",
         },
         503: {
             "model": ErrorResponse,
@@ -72,13 +73,29 @@ async def ready(api: ApiDep) -> Response:
             await conn.execute(Q["ready"])
     except (TimeoutError, PoolTimeout, psycopg.OperationalError) as exc:
         raise Unavailable(f"the database did not answer within {timeout:g} s") from exc
-    if api.replica is None:
+    if api.replicas is None:
         return Response(READY, media_type="application/json")
-    # Ready either way: past its lag, or away, the replica's searches go to the primary.
-    lag = api.replica.lag
-    replica = {"reading": api.replica.reading, "lag_seconds": None if math.isinf(lag) else lag}
+    # Ready either way: past their lag, or away, the replicas' searches go to the primary.
+    replicas = api.replicas
+    replica = {
+        "reading": replicas.reading,
+        "lag_seconds": _seconds(replicas.lag),
+        "replicas": [
+            {
+                "replica": lag.label,
+                "up": lag.up,
+                "within": lag.within,
+                "lag_seconds": _seconds(lag.lag),
+            }
+            for lag in replicas.measures
+        ],
+    }
     body = {"data": {"status": "ready", "replica": replica}, "error": None}
     return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
+
+
+def _seconds(lag: float) -> float | None:
+    return None if math.isinf(lag) else lag
 
 
 @router.get(

@@ -49,20 +49,22 @@ CACHE_INVALIDATIONS = Counter(
 
 REPLICA_LAG = Gauge(
     "pgenough_api_replica_lag_seconds",
-    "How far the read replica (PGENOUGH_API_READ_URL) is behind the primary, at most, as of"
-    " its last probe; +Inf while it does not answer. 0 without a read replica.",
+    "How far each read replica (PGENOUGH_API_READ_URL) is behind the primary, at most, as of"
+    " its last probe, by replica (host:port); +Inf while it does not answer.",
+    ["replica"],
 )
 REPLICA_READS = Counter(
-    "pgenough_api_search_reads",
-    "Searches that asked PostgreSQL, by where they read (replica, primary); only with a read"
-    " replica.",
-    ["target"],
+    "pgenough_api_replica_reads",
+    "Reads that asked PostgreSQL, with read replicas, by reader (search, dashboard), where they"
+    " read (replica, primary) and which replica (host:port; empty for the primary).",
+    ["reader", "target", "replica"],
 )
 REPLICA_FALLBACKS = Counter(
     "pgenough_api_replica_fallbacks",
-    "Searches that read the primary instead of the read replica, by reason (lag: past"
-    " PGENOUGH_API_MAX_REPLICA_LAG; unreachable).",
-    ["reason"],
+    "Reads that went to the primary because no read replica would do, by reader (search,"
+    " dashboard) and reason (lag: past PGENOUGH_API_MAX_REPLICA_LAG; unreachable;"
+    " behind_write: none had replayed the session's own write yet).",
+    ["reader", "reason"],
 )
 
 

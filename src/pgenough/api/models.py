@@ -52,11 +52,24 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+class OneReplicaStatus(BaseModel):
+    replica: str
+    """Its name in metrics: host:port (never a password), #index when two are alike."""
+    up: bool
+    """Its last probe answered."""
+    within: bool
+    """Up and within PGENOUGH_API_MAX_REPLICA_LAG: reads may go there."""
+    lag_seconds: float | None
+    """At most how far it is behind; null while it does not answer."""
+
+
 class ReplicaStatus(BaseModel):
     reading: Literal["replica", "primary"]
-    """Where /search reads now."""
+    """Where /search and the dashboard's pages read now (a replica while one is within)."""
     lag_seconds: float | None
-    """At most how far the read replica is behind; null while it does not answer."""
+    """The least lag of any read replica; null while none answers."""
+    replicas: list[OneReplicaStatus]
+    """Each replica of PGENOUGH_API_READ_URL, in its order."""
 
 
 class Status(BaseModel):

@@ -1,18 +1,30 @@
 """The dashboard's three actions: retry a job, discard a job, retry every dead job.
 
-Each changes state only through the core's repairs, then redirects (303) back with a flash
-message; each first checks the login, that actions are enabled and the CSRF token.
+Each changes state only through the core's repairs, on the primary, then redirects (303)
+back with a flash message; each first checks the login, that actions are enabled and the CSRF
+token. With read replicas the redirect also carries the primary's WAL position after the
+write (``auth.WROTE_COOKIE``), so the page it leads to shows the action's effect
+(read-your-writes, ``state``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
+from pgenough.api.replica import current_lsn
 from pgenough.api.ui import params, sessions
-from pgenough.api.ui.auth import FLASH_COOKIE, FLASH_MAX_AGE, BadForm, Flash, read_form
+from pgenough.api.ui.auth import (
+    FLASH_COOKIE,
+    FLASH_MAX_AGE,
+    WROTE_COOKIE,
+    BadForm,
+    Flash,
+    read_form,
+)
 from pgenough.api.ui.deps import UiDep, target, ui_router
 from pgenough.api.ui.errors import LoginRequired, forbidden
 from pgenough.api.ui.state import UiState, connection
@@ -40,8 +52,27 @@ async def action(request: Request, ui: UiState) -> dict[str, str]:
     return form
 
 
-def done(ui: UiState, form: dict[str, str], flash: Flash) -> Response:
+async def wrote(ui: UiState, conn: AsyncConn) -> int | None:
+    """With read replicas, the primary's position after a write on ``conn`` (committed: the
+    pool's connections autocommit)."""
+    if ui.replicas is None:
+        return None
+    return await current_lsn(conn)
+
+
+def done(ui: UiState, form: dict[str, str], flash: Flash, position: int | None = None) -> Response:
     response = RedirectResponse(target(form.get("next"), "/ui/failures"), status_code=303)
+    if position is not None and ui.replicas is not None:
+        # Past this age every replica within the bound has the write (the measure errs safe).
+        max_lag = max(r.lag.max_lag for r in ui.replicas.members)
+        response.set_cookie(
+            WROTE_COOKIE,
+            ui.auth.wrote_cookie(position),
+            max_age=math.ceil(max_lag) + 1,
+            path="/ui",
+            httponly=True,
+            samesite="strict",
+        )
     response.set_cookie(
         FLASH_COOKIE,
         ui.auth.flash_cookie(flash),
@@ -66,9 +97,10 @@ async def _on_job(
     try:
         async with connection(ui) as conn:
             job = await act(conn, job_id)
+            position = await wrote(ui, conn)
     except JobNotFound as exc:
         return done(ui, form, Flash("error", str(exc)))
-    return done(ui, form, Flash("ok", f"job {job.id} {said} ({job.state})"))
+    return done(ui, form, Flash("ok", f"job {job.id} {said} ({job.state})"), position)
 
 
 @router.post("/jobs/{job_id:int}/retry")
@@ -87,5 +119,6 @@ async def retry_dead(request: Request, ui: UiDep) -> Response:
     queue = params.text("queue", form.get("queue", ""), params.FORM)
     async with connection(ui) as conn:
         n = await repair.retry_all_dead(conn, queue or None)
+        position = await wrote(ui, conn)
     plural = "job" if n == 1 else "jobs"
-    return done(ui, form, Flash("ok", f"{n} dead {plural} will run again now"))
+    return done(ui, form, Flash("ok", f"{n} dead {plural} will run again now"), position)

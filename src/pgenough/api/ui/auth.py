@@ -35,6 +35,8 @@ from pgenough.api.defaults import DEFAULT_UI_SESSION_MAX_AGE
 SESSION_COOKIE: Final = "pgenough_ui_session"
 FLASH_COOKIE: Final = "pgenough_ui_flash"
 FLASH_MAX_AGE: Final = 60
+WROTE_COOKIE: Final = "pgenough_ui_wrote"
+"""The primary's WAL position after the browser's last action (read-your-writes, ``state``)."""
 MAX_FORM_BYTES: Final = 8192
 FORM_TYPE: Final = "application/x-www-form-urlencoded"
 
@@ -138,6 +140,19 @@ class Auth:
     def flash_cookie(self, flash: Flash) -> str:
         body = base64.urlsafe_b64encode(json.dumps([flash.kind, flash.text]).encode()).decode()
         return f"{body}.{self._sign('flash', body)}"
+
+    def wrote_cookie(self, position: int) -> str:
+        return f"{position}.{self._sign('wrote', str(position))}"
+
+    def read_wrote(self, request: Request) -> int | None:
+        """The position the browser's last action left, if it is ours."""
+        value = request.cookies.get(WROTE_COOKIE) or ""
+        body, _, mac = value.partition(".")
+        if not (body.isascii() and body.isdigit()):
+            return None
+        if not hmac.compare_digest(mac.encode(), self._sign("wrote", body).encode()):
+            return None
+        return int(body)
 
     def read_flash(self, request: Request) -> Flash | None:
         """The message an action left for the next page, if it is ours."""

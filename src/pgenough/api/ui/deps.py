@@ -7,16 +7,19 @@ parameter may lead. The state is the lifespan's (``app.state.ui``); the renderer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Final, cast
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from fastapi.templating import Jinja2Templates
 
+from pgenough.api.replica import Read
 from pgenough.api.ui import params, sessions
 from pgenough.api.ui.auth import FLASH_COOKIE, safe_next
 from pgenough.api.ui.errors import LoginRequired, UiRoute
 from pgenough.api.ui.state import UiState
+
+READ_HEADER: Final = "x-pgenough-read"
 
 
 def ui_router() -> APIRouter:
@@ -48,8 +51,17 @@ class Pages:
     templates: Jinja2Templates
 
     def render(
-        self, request: Request, ui: UiState, name: str, context: dict[str, Any], status: int = 200
+        self,
+        request: Request,
+        ui: UiState,
+        name: str,
+        context: dict[str, Any],
+        status: int = 200,
+        *,
+        read: Read | None = None,
     ) -> Response:
+        """``name`` rendered; ``read``: where the page read, shown in its header (with
+        replicas) and told in ``READ_HEADER``."""
         flash = ui.auth.read_flash(request)
         response = self.templates.TemplateResponse(
             request,
@@ -60,13 +72,30 @@ class Pages:
                 "login": ui.auth.required,
                 "flash": flash,
                 "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+                "read_from": None if read is None or ui.replicas is None else read_from(read),
                 **context,
             },
             status_code=status,
+            headers=read_headers(ui, read),
         )
         if flash is not None:
             response.delete_cookie(FLASH_COOKIE, path="/ui")
         return response
+
+
+def read_from(read: Read) -> str:
+    """Where a page read, for its header: the primary, or which replica and its lag."""
+    if read.replica is None:
+        return "read from the primary"
+    return f"read from replica {read.replica.label}, at most {read.replica.lag:.2f} s behind"
+
+
+def read_headers(ui: UiState, read: Read | None) -> dict[str, str] | None:
+    """``READ_HEADER``: where the response read (``primary`` or ``replica host:port``), with
+    replicas."""
+    if read is None or ui.replicas is None:
+        return None
+    return {READ_HEADER: read.source}
 
 
 async def get_pages(request: Request) -> Pages:

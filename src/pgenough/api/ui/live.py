@@ -5,9 +5,11 @@ however many tabs follow the overview; every message, and every gap in the subsc
 (messages may have been missed), marks the overview stale. A publisher task takes a fresh
 snapshot when it is stale, and every ``tick`` anyway so that backlog changes show, then hands
 it to every attached client. Bursts coalesce: a snapshot covers every change committed before
-it, and snapshots are at least ``min_interval`` apart. Each client holds a queue of one, so a
-slow browser gets the newest snapshot, never a backlog of old ones; ``None`` in it means the
-feed closed and the stream must end.
+it, and snapshots are at least ``min_interval`` apart. With read replicas, after each message
+(and gap) the listener reads the primary's WAL position (``fence``) before it marks the
+overview stale, and a snapshot reads a replica only once it has replayed that position. Each
+client holds a queue of one, so a slow browser gets the newest snapshot, never a backlog of old
+ones; ``None`` in it means the feed closed and the stream must end.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
+
+import psycopg
+from psycopg_pool import PoolTimeout
 
 from pgenough.core import Backoff, Gap, subscribe
 from pgenough.plans.events import RUN_CHANGED
@@ -67,8 +72,12 @@ class LiveFeed:
         tick: float,
         max_clients: int,
         min_interval: float = MIN_INTERVAL,
+        fence: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self._snapshot = snapshot
+        self._read_fence = fence
+        self.fence: int | None = None
+        """The primary's position after the last change heard of (with replicas)."""
         self.tick = tick
         self.max_clients = max_clients
         self.min_interval = min_interval
@@ -129,11 +138,22 @@ class LiveFeed:
         ) as sub:
             listening.set()
             # Whatever changed while we were not listening: resynchronise.
+            await self._fenced()
             self._stale.set()
             async for item in sub:
                 if isinstance(item, Gap):
                     self.gaps += 1
+                await self._fenced()
                 self._stale.set()
+
+    async def _fenced(self) -> None:
+        if self._read_fence is None:
+            return
+        try:
+            self.fence = await self._read_fence()
+        except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
+            # The snapshot reads within the lag bound: at most that stale, until the next.
+            log.warning("live overview fence not read from the primary: %s", exc)
 
     async def publish(self) -> None:
         """Snapshot and fan out, on every change (coalesced) and every tick, until closed."""

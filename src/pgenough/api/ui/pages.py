@@ -2,12 +2,15 @@
 live overview's event stream.
 
 Pages read through ``plans.inspect`` and the core's job reads (``list_jobs``, ``get_job``) on
-the dashboard's own pool.
+the dashboard's own pool: on a read replica within the lag bound when there are some
+(``state.reading``: not one behind the browser's own last action), else the primary. Each page
+says where it read, and how far behind that replica was (``Pages.render``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -16,11 +19,12 @@ from typing import Final
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from pgenough.api.replica import Read
 from pgenough.api.ui import params
-from pgenough.api.ui.deps import Authed, PagesDep, ui_router
+from pgenough.api.ui.deps import Authed, PagesDep, read_headers, ui_router
 from pgenough.api.ui.errors import UiError, not_found
 from pgenough.api.ui.live import FeedFull
-from pgenough.api.ui.state import connection
+from pgenough.api.ui.state import UiState, reading
 from pgenough.core import JOB_STATES, get_job, list_jobs, parse_job_state, queue_stats
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
@@ -34,25 +38,33 @@ FAILED_RUNS_SHOWN: Final = 50
 router = ui_router()
 
 
+def read_page(request: Request, ui: UiState) -> contextlib.AbstractAsyncContextManager[Read]:
+    """Where a page reads: ``state.reading``, held to the browser's last action."""
+    return reading(ui, ui.auth.read_wrote(request))
+
+
 @router.get("", name="ui_overview")
 @router.get("/")
 async def overview(request: Request, ui: Authed, pages: PagesDep) -> Response:
-    async with connection(ui) as conn:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         view = await inspect.overview(conn)
     return pages.render(
         request,
         ui,
         "overview.html",
         {"view": view, "data": as_json(view), "nav": "overview"},
+        read=read,
     )
 
 
 @router.get("/api/overview")
-async def overview_json(ui: Authed) -> Response:
-    async with connection(ui) as conn:
+async def overview_json(request: Request, ui: Authed) -> Response:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         view = await inspect.overview(conn)
     body = json.dumps({"data": as_json(view), "error": None})
-    return Response(body, media_type="application/json")
+    return Response(body, media_type="application/json", headers=read_headers(ui, read))
 
 
 @router.get("/runs")
@@ -70,7 +82,8 @@ async def runs(
     if status and RunStatus.lookup(status) is None:
         raise params.bad(f"status must be one of {RunStatus.choices()}")
     limit = ui.config.runs_page
-    async with connection(ui) as conn:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         found = await inspect.list_runs(
             conn,
             status=status or None,
@@ -95,22 +108,25 @@ async def runs(
             "providers": providers,
             "nav": "runs",
         },
+        read=read,
     )
 
 
 @router.get("/runs/{run_id:int}")
 async def run(request: Request, ui: Authed, pages: PagesDep, run_id: int) -> Response:
     params.checked_id("the run id", run_id, "a run id")
-    async with connection(ui) as conn:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         detail = await inspect.get_run(conn, run_id)
     if detail is None:
         raise not_found(f"there is no run {run_id}")
-    return pages.render(request, ui, "run.html", {"run": detail, "nav": "runs"})
+    return pages.render(request, ui, "run.html", {"run": detail, "nav": "runs"}, read=read)
 
 
 @router.get("/failures")
 async def failures(request: Request, ui: Authed, pages: PagesDep) -> Response:
-    async with connection(ui) as conn:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         jobs = await inspect.failed_jobs(conn, limit=FAILED_JOBS_SHOWN)
         runs = await inspect.list_runs(conn, status=RunStatus.FAILED, limit=FAILED_RUNS_SHOWN)
     dead = sum(1 for j in jobs if j.state == "dead")
@@ -119,6 +135,7 @@ async def failures(request: Request, ui: Authed, pages: PagesDep) -> Response:
         ui,
         "failures.html",
         {"jobs": jobs, "runs": runs, "dead": dead, "nav": "failures"},
+        read=read,
     )
 
 
@@ -140,7 +157,8 @@ async def jobs(
         except ValueError as exc:
             raise params.bad(str(exc)) from None
     limit = ui.config.jobs_page
-    async with connection(ui) as conn:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         found = await list_jobs(
             conn,
             state=state or None,
@@ -169,13 +187,15 @@ async def jobs(
             "now": datetime.now(UTC),
             "nav": "jobs",
         },
+        read=read,
     )
 
 
 @router.get("/jobs/{job_id:int}")
 async def job(request: Request, ui: Authed, pages: PagesDep, job_id: int) -> Response:
     params.checked_id("the job id", job_id, "a job id")
-    async with connection(ui) as conn:
+    async with read_page(request, ui) as read:
+        conn = read.conn
         record = await get_job(conn, job_id)
     if record is None:
         raise not_found(
@@ -186,6 +206,7 @@ async def job(request: Request, ui: Authed, pages: PagesDep, job_id: int) -> Res
         ui,
         "job.html",
         {"job": record, "now": datetime.now(UTC), "nav": "jobs"},
+        read=read,
     )
 
 
