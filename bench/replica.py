@@ -72,7 +72,9 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from bench.api import (
@@ -92,12 +94,21 @@ from bench.api import (
 from bench.ingest import Simulator, down, migrate_database, pgenough_command, server_facts, up
 from tests.helpers.standby import BIN, StandbyPair, missing
 
+from pgenough.api.search import Q as SEARCH_Q
+from pgenough.api.search import SearchQuery
+
 DEFAULT_PLANS = 1_000_000
 QUICK_PLANS = 100_000
 RATES = (1_000, 750, 500, 250)
 TARGET_P99_MS = 50.0
 TARGET_RATIO = 1.5
 SAMPLE_EVERY = 0.25
+PROBE_EVERY = 8
+PROBE_QUERY = SearchQuery(
+    starts_at=datetime(2021, 6, 1, tzinfo=UTC), ends_at=datetime(2021, 6, 15, tzinfo=UTC),
+    limit=50, offset=1000,
+)  # fmt: skip
+"""A cold search as wrk sends them (a deep offset: its skipped plans are read too)."""
 PROCESS_CONCURRENCY = 2
 DURABLE = "fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n"
 """PostgreSQL's defaults, which the test pair turns off for speed: measured as deployed."""
@@ -176,6 +187,9 @@ class LagSamples:
     reads: dict[str, float] = field(default_factory=dict)
     replay_waits: collections.Counter[str] = field(default_factory=collections.Counter)
     """Samples of what the standby's replay process was doing (wait event, or CPU)."""
+    probes: list[tuple[float, int, int]] = field(default_factory=list)
+    """PROBE_QUERY on the standby, EXPLAIN ANALYZE'd every PROBE_EVERY samples: (execution
+    ms, heap fetches, shared buffers hit or read)."""
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds used through the cell, by process: where the replica's core went."""
 
@@ -193,6 +207,8 @@ class LagSamples:
             f" the API's measure max {up(max(api, default=0.0), 3)} s"
             + (f" ({lost} samples +Inf)" if lost else "")
             + f"; searches read {', '.join(f'{k} {v:.0f}' for k, v in sorted(self.reads.items()))}"
+            + "; probe search (ms, heap fetches, buffers) first "
+            + (f"{self.probes[0]}, worst {max(self.probes)}" if self.probes else "none")
             + "; replay was "
             + ", ".join(f"{k} {n / total:.0%}" for k, n in self.replay_waits.most_common(5))
             + f"; CPU s {', '.join(f'{k} {up(v, 1)}' for k, v in self.cpu.items())}"
@@ -206,9 +222,36 @@ def api_metrics(api: Api) -> tuple[float, dict[str, float]]:
     for line in body.decode().splitlines():
         if m := re.match(r"pgenough_api_replica_lag_seconds(?:\{[^}]*\})? (\S+)", line):
             lag = max(lag, float(m[1]))
-        elif m := re.match(r'pgenough_api_search_reads_total\{target="(\w+)"[^}]*\} (\S+)', line):
-            reads[m[1]] = reads.get(m[1], 0.0) + float(m[2])
+        elif m := re.match(r"pgenough_api_replica_reads_total\{([^}]*)\} (\S+)", line):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m[1]))
+            where = labels.get("target", "?")
+            if labels.get("replica"):
+                where += f" {labels['replica']}"
+            key = f"{labels.get('reader', '?')}: {where}"
+            reads[key] = reads.get(key, 0.0) + float(m[2])
     return lag, reads
+
+
+def explained(conn: psycopg.Connection[Any]) -> tuple[float, int, int]:
+    """PROBE_QUERY's execution time, heap fetches and shared buffers, as it runs now."""
+    params = PROBE_QUERY.sql_params(None, PROBE_QUERY.offset)
+    row = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + SEARCH_Q["page"], params
+    ).fetchone()
+    assert row is not None
+    plan = row[0][0]
+    fetches = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal fetches
+        fetches += int(node.get("Heap Fetches", 0))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan["Plan"])
+    top = plan["Plan"]
+    buffers = int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+    return (round(float(plan["Execution Time"]), 2), fetches, buffers)
 
 
 @contextlib.contextmanager
@@ -234,9 +277,15 @@ def sampling(primary_url: str, api: Api | None, pair: DurablePair) -> Iterator[L
     def run() -> None:
         with (
             psycopg.connect(primary_url, autocommit=True) as conn,
-            psycopg.connect(pair.standby_url, autocommit=True) as standby_conn,
+            psycopg.connect(
+                pair.standby_url, autocommit=True, cursor_factory=psycopg.ClientCursor
+            ) as standby_conn,
         ):
+            tick = 0
             while not stop.wait(SAMPLE_EVERY):
+                if tick % PROBE_EVERY == 0:
+                    samples.probes.append(explained(standby_conn))
+                tick += 1
                 waiting = standby_conn.execute(
                     "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU')"
                     " FROM pg_stat_activity WHERE backend_type = 'startup'"
@@ -267,22 +316,26 @@ def sampling(primary_url: str, api: Api | None, pair: DurablePair) -> Iterator[L
         samples.cpu["wall"] = time.monotonic() - t0
 
 
-def sustained_rate(api: Api, url: str, placement: Placement, duration: int, tmp: Path) -> Result:
-    """The first of RATES the API answers alone with p99 <= TARGET_P99_MS and no 503."""
+def sustained_rate(
+    api: Api, pair: DurablePair, placement: Placement, duration: int, tmp: Path
+) -> tuple[Result, LagSamples]:
+    """The first of RATES the API answers alone with p99 <= TARGET_P99_MS and no 503, and
+    what was sampled through it."""
     r: Result | None = None
     for i, rate in enumerate(RATES):
-        vacuum_plans(url)
-        r = run_wrk(
-            api, f"cold@{rate} alone [{placement.name}]", "cold", duration, tmp, 6 + i, rate,
-            cpus=placement.api,
-        )  # fmt: skip
+        vacuum_plans(pair.primary_url)
+        with sampling(pair.primary_url, api, pair) as samples:
+            r = run_wrk(
+                api, f"cold@{rate} alone [{placement.name}]", "cold", duration, tmp, 6 + i, rate,
+                cpus=placement.api,
+            )  # fmt: skip
         show(r)
         if r.p99_ms <= TARGET_P99_MS and r.non2xx == 0 and r.socket_errors == 0:
             r.note = f"  [rate {rate}]"
-            return r
+            return r, samples
     assert r is not None
     r.note = f"  [rate {RATES[-1]}: not sustained]"
-    return r
+    return r, samples
 
 
 def rate_of(r: Result) -> int:
@@ -392,7 +445,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             api_log = (tmp / "api.log").open("ab")
             api = Api(primary, api_log, tmp, env={"PGENOUGH_API_READ_URL": standby})
             print(f"\nisolated: api {api.base} reading the standby\n", flush=True)
-            alone_iso = sustained_rate(api, primary, isolated, args.duration, tmp)
+            alone_iso, alone_samples = sustained_rate(api, pair, isolated, args.duration, tmp)
+            print(f"  replica through it: {alone_samples.summary()}", flush=True)
             rate = rate_of(alone_iso)
             vacuum_plans(primary)
             pair.wait_replayed(timeout=600)

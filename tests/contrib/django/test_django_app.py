@@ -213,13 +213,15 @@ def test_a_plain_function_leaves_no_django_connection_open_and_metrics_are_serve
         # A connection closed a moment ago (the enqueue's subprocess) may still be listed
         # while its backend exits; one the worker kept open stays listed.
         wait_for(
-            lambda: django_project.sql(
-                "SELECT application_name, backend_type, state, query FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                " AND application_name NOT LIKE '%%worker-%%' AND application_name <> %s",
-                [PROBE_NAME],
-            )
-            == [],
+            lambda: (
+                django_project.sql(
+                    "SELECT application_name, backend_type, state, query FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " AND application_name NOT LIKE '%%worker-%%' AND application_name <> %s",
+                    [PROBE_NAME],
+                )
+                == []
+            ),
             what="only the worker's own connections",
         )
         with urllib.request.urlopen(metrics.removeprefix("metrics at "), timeout=10) as page:
