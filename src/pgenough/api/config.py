@@ -32,6 +32,12 @@ class ApiConfig:
     database_url: str | None = None
     """The server to serve from, resolved by the caller (``Settings.resolve_database_url``);
     None only while the settings are being checked: the app refuses to start without one."""
+    session_url: str | None = None
+    """A direct connection to the server when ``database_url`` is a transaction pooler
+    (PgBouncer): the cache's LISTEN and the dashboard go there, and /search's statement
+    timeout is set per transaction (``SET LOCAL``) rather than per session. None: no pooler."""
+    prepared_statements: bool = True
+    """Whether the API's pool prepares repeated statements (off behind PgBouncer < 1.21)."""
     read_url: str | None = None
     """A streaming replica of ``database_url`` that ``/search`` reads (``api/replica.py``);
     None: searches read ``database_url``."""
@@ -99,6 +105,14 @@ class ApiConfig:
                 "the API needs a database URL: resolve it first (Settings.resolve_database_url)"
             )
         return self.database_url
+
+    @property
+    def behind_pooler(self) -> bool:
+        return self.session_url is not None
+
+    def direct_url(self) -> str:
+        """Where session-bound work connects: ``session_url``, else ``database_url``."""
+        return self.session_url or self.server_url()
 
     @property
     def cache_enabled(self) -> bool:
