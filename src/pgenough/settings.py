@@ -135,10 +135,19 @@ class Settings(BaseSettings):
         " concurrency + 4).",
     )
 
-    prepared_statements: bool = Field(
-        default=True,
-        description="Let workers prepare repeated statements server-side; turn off behind a"
-        " transaction-pooling PgBouncer older than 1.21 (it cannot carry them).",
+    direct_database_url: str | None = Field(
+        default=None,
+        description="A direct (session) connection to the server when DATABASE_URL is a"
+        " transaction pooler (PgBouncer pool_mode = transaction); setting it says DATABASE_URL"
+        " is one. LISTEN (workers, the API's cache, the dashboard), the fetch worker's provider"
+        " locks and the dashboard go here; claims, enqueues, completions and /search through"
+        " DATABASE_URL. Unset: everything on DATABASE_URL (docs/operations.md, behind PgBouncer).",
+    )
+    prepared_statements: bool | None = Field(
+        default=None,
+        description="Let pools prepare repeated statements server-side. Unset: yes, except"
+        " behind a transaction pooler (direct_database_url set): PgBouncer before 1.21 cannot"
+        " carry them; set true for PgBouncer 1.21+ with max_prepared_statements > 0.",
     )
 
     worker_concurrency: int = Field(
@@ -435,6 +444,29 @@ class Settings(BaseSettings):
         is none)."""
         return database_url(self.database_url, self.data_dir)
 
+    @property
+    def behind_pooler(self) -> bool:
+        """Whether ``database_url`` is a transaction pooler: a direct URL is set beside it,
+        and differs from it. Then no session state (prepared statements unless asked for,
+        the ``options`` startup parameter, LISTEN, session locks) goes through it."""
+        return (
+            self.database_url is not None
+            and self.direct_database_url is not None
+            and self.direct_database_url != self.database_url
+        )
+
+    def prepare(self) -> bool:
+        """Whether pools prepare repeated statements: the one rule (``prepared_statements``)."""
+        if self.prepared_statements is not None:
+            return self.prepared_statements
+        return not self.behind_pooler
+
+    def session_url(self) -> str | None:
+        """Where session-bound work connects (LISTEN, session advisory locks, the dashboard):
+        ``direct_database_url`` behind a pooler, else None, for the caller's resolved
+        ``database_url``."""
+        return self.direct_database_url if self.behind_pooler else None
+
     def api_config(self) -> ApiConfig:
         """The API's config; ``ApiConfigError`` when the settings are impossible. Its
         ``database_url`` is the setting as given: the caller puts the resolved one in
@@ -446,6 +478,8 @@ class Settings(BaseSettings):
         return ApiConfig(
             database_url=self.database_url,
             read_urls=self.read_urls(),
+            session_url=self.session_url(),
+            prepared_statements=self.prepare(),
             max_replica_lag=self.api_max_replica_lag,
             cursor_key=None if secret is None else cursor.key_of_setting(secret.get_secret_value()),
             pool_max_size=self.pool_max_size,

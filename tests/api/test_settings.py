@@ -36,3 +36,22 @@ def test_the_default_settings_build_each_components_default_config() -> None:
     assert defaults.pacing_config() == PacingConfig()
     named = Settings.model_construct(providers="p=http://127.0.0.1:1/planList")
     assert named.provider_configs() == [ProviderConfig("p", "http://127.0.0.1:1/planList")]
+
+
+def test_a_direct_url_beside_database_url_says_it_is_a_transaction_pooler() -> None:
+    """The one rule for a pooler (docs/operations.md, "Behind PgBouncer"): session-bound
+    work goes to the direct URL, and pools stop preparing unless told to."""
+    pooler, direct = "host=pgbouncer port=6432", "host=db port=5432"
+    plain = Settings.model_construct(database_url=direct)
+    assert (plain.behind_pooler, plain.prepare(), plain.session_url()) == (False, True, None)
+    same = Settings.model_construct(database_url=direct, direct_database_url=direct)
+    assert (same.behind_pooler, same.prepare(), same.session_url()) == (False, True, None)
+    pooled = Settings.model_construct(database_url=pooler, direct_database_url=direct)
+    assert (pooled.behind_pooler, pooled.prepare(), pooled.session_url()) == (True, False, direct)
+    api = pooled.api_config()
+    assert (api.behind_pooler, api.prepared_statements, api.direct_url()) == (True, False, direct)
+    # PgBouncer 1.21+ with max_prepared_statements: prepared again, still a pooler.
+    modern = Settings.model_construct(
+        database_url=pooler, direct_database_url=direct, prepared_statements=True
+    )
+    assert (modern.behind_pooler, modern.prepare()) == (True, True)

@@ -106,6 +106,12 @@ async def _end_snapshot(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(Q["end_snapshot"])
 
 
+async def _timed(conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
+    """Behind a transaction pooler: ``seconds`` of statement timeout for the transaction open
+    on ``conn`` (the pool's sessions carry none: see ``app.running``)."""
+    await conn.execute(Q["local_statement_timeout"], {"ms": f"{max(1, round(seconds * 1000))}"})
+
+
 async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Response:
     """The response to ``query``: from the cache, in one piece, or streamed."""
     key = query.cache_key
@@ -122,6 +128,13 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
         with database_errors(config.search_timeout):
             read = await read_connection(api.replicas, api.pool, stack, config.pool_timeout)
             conn, replayed = read.conn, read.replayed
+            pooled = config.behind_pooler
+            if pooled:
+                # The first page in a transaction of its own, with its timeout (two round
+                # trips more than a direct search: BEGIN and the timeout; COMMIT at the end).
+                await conn.execute(Q["begin_read"])
+                stack.push_async_callback(_end_snapshot, conn)
+                await _timed(conn, config.search_timeout)
             if config.search_delay:
                 await conn.execute(Q["delay"], {"seconds": config.search_delay})
             page = await fetch_page(conn, query, query.after, query.offset)
@@ -129,8 +142,12 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
                 # Too large for one piece: every page, this one again, from one snapshot. A
                 # range that fits one page (the common search) pays no BEGIN and ROLLBACK.
                 stack.enter_context(api.bulkhead.stream())
+                if pooled:
+                    await conn.execute(Q["end_snapshot"])  # the first page's transaction
                 await conn.execute(Q["snapshot"])
                 stack.push_async_callback(_end_snapshot, conn)
+                if pooled:
+                    await _timed(conn, config.search_timeout)
                 page = await fetch_page(conn, query, query.after, query.offset)
         if not (streamed and page.more):
             await stack.aclose()

@@ -59,7 +59,8 @@ def create_app(config: ApiConfig, ui_config: UiConfig) -> FastAPI:
     """The API app, serving from ``config.database_url`` (and the dashboard, unless
     ``ui_config.enabled`` is off); the configs are ``Settings.api_config()`` and
     ``Settings.ui_config()``; ``ApiConfigError`` at once without a database URL."""
-    ui_url = ui_config.database_url or config.server_url()
+    # The dashboard LISTENs and keeps session settings: direct, behind a pooler.
+    ui_url = ui_config.database_url or config.direct_url()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -97,13 +98,19 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
     """The pool, the cache and its listener, the bulkhead and its pressure publisher: opened,
     then closed."""
     url = config.server_url()
+    # Behind a transaction pooler the sessions carry no statement timeout (PgBouncer refuses
+    # the ``options`` startup parameter that sets it, and a session setting would stay on a
+    # server connection others share): each search sets it for its own transaction
+    # (``answer.search``). The cache's LISTEN needs a session: it goes direct.
     pool = await open_pool(
         url,
         min_size=min(POOL_MIN_SIZE, config.pool_max_size),
         max_size=config.pool_max_size,
         name="pgenough-api",
-        statement_timeout=config.search_timeout,
+        statement_timeout=None if config.behind_pooler else config.search_timeout,
+        prepared_statements=config.prepared_statements,
     )
+    listen_url = config.direct_url()
     read = await replica.open_replicas(
         config.read_urls,
         config.max_replica_lag,
@@ -132,7 +139,7 @@ async def running(config: ApiConfig) -> AsyncIterator[ApiState]:
             fence = None if read is None else (lambda: replica.primary_lsn(pool))
             listener = TaskService(
                 "api-cache",
-                lambda: invalidate_on(cache, url, listening, fence=fence),
+                lambda: invalidate_on(cache, listen_url, listening, fence=fence),
                 ready=listening,
                 ready_timeout=LISTEN_START_TIMEOUT,
             )

@@ -36,6 +36,12 @@ class ApiConfig:
     read_urls: tuple[str, ...] = ()
     """Streaming replicas of ``database_url`` that ``/search`` and the dashboard's pages read
     (``api/replica.py``); empty: they read ``database_url``."""
+    session_url: str | None = None
+    """A direct connection to the server when ``database_url`` is a transaction pooler
+    (PgBouncer): the cache's LISTEN and the dashboard go there, and /search's statement
+    timeout is set per transaction (``SET LOCAL``) rather than per session. None: no pooler."""
+    prepared_statements: bool = True
+    """Whether the API's pool prepares repeated statements (off behind PgBouncer < 1.21)."""
     max_replica_lag: float = DEFAULT_MAX_REPLICA_LAG
     """Seconds a replica may be behind before reads pass it over (for another, or
     ``database_url``)."""
@@ -105,6 +111,14 @@ class ApiConfig:
                 "the API needs a database URL: resolve it first (Settings.resolve_database_url)"
             )
         return self.database_url
+
+    @property
+    def behind_pooler(self) -> bool:
+        return self.session_url is not None
+
+    def direct_url(self) -> str:
+        """Where session-bound work connects: ``session_url``, else ``database_url``."""
+        return self.session_url or self.server_url()
 
     @property
     def cache_enabled(self) -> bool:

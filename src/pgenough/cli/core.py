@@ -217,7 +217,12 @@ def worker_run(
         pool = await _ready_core_pool(settings, name, layers=app.migrations)
         try:
             worker = app.worker(
-                pool, queues=queues, concurrency=concurrency, name=name, config=config
+                pool,
+                queues=queues,
+                concurrency=concurrency,
+                name=name,
+                config=config,
+                listen_url=settings.session_url(),
             )
             # Each running job may hold a connection, and so may each queue's claim loop and
             # heartbeat and the process's duties: never wait on the pool for them.

@@ -28,7 +28,12 @@ from pgenough.cli.base import (
     out,
 )
 from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
-from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
+from pgenough.cli.workers import (
+    MetricsPortOption,
+    _ready_core_pool,
+    _serve_metrics,
+    _session_pool,
+)
 from pgenough.core import Worker, WorkerStats, queue_stats
 from pgenough.plans.runs import RunStatus
 from pgenough.settings import MAX_CONCURRENCY, Settings
@@ -89,6 +94,9 @@ def worker_fetch(
 
     async def main() -> int:
         pool = await _ready_pool(settings, owner, max_size=len(providers) + 2)
+        # Each provider's lock is a session lock held for its whole fetch: direct sessions
+        # behind a transaction pooler.
+        lock_pool = await _session_pool(settings, owner, max_size=len(providers))
         # SIGTERM/SIGINT end fetches in flight at once: their runs end FAILED ("worker
         # stopped") and their provider locks are released.
         stop = asyncio.Event()
@@ -97,16 +105,24 @@ def worker_fetch(
             loop.add_signal_handler(sig, stop.set)
         try:
             if once:
-                results = await _fetch_once(pool, providers, owner, config, stop)
+                results = await _fetch_once(pool, providers, owner, config, stop, lock_pool)
                 _print_runs(results)
                 return (
                     1 if any(r is not None and r.status == RunStatus.FAILED for r in results) else 0
                 )
             await fetch_loop(
-                pool, providers, interval or settings.fetch_interval, stop, config, owner=owner
+                pool,
+                providers,
+                interval or settings.fetch_interval,
+                stop,
+                config,
+                owner=owner,
+                lock_pool=lock_pool,
             )
             return 0
         finally:
+            if lock_pool is not None:
+                await lock_pool.close()
             await pool.close()
 
     raise typer.Exit(_run(main, settings))
@@ -118,6 +134,7 @@ async def _fetch_once(
     owner: str,
     config: FetchConfig,
     stop: asyncio.Event,
+    lock_pool: AsyncConnectionPool | None = None,
 ) -> list[RunResult | None]:
     """``fetch_all``, with a live line per provider when someone watches stderr."""
     from pgenough import progress
@@ -125,11 +142,17 @@ async def _fetch_once(
 
     console = progress.console()
     if console is None:
-        return await fetch_all(pool, providers, config, owner=owner, stop=stop)
+        return await fetch_all(pool, providers, config, owner=owner, stop=stop, lock_pool=lock_pool)
     display = progress.FetchDisplay(console, [p.name for p in providers])
     with display.shown():
         return await fetch_all(
-            pool, providers, config, owner=owner, on_progress=display.update, stop=stop
+            pool,
+            providers,
+            config,
+            owner=owner,
+            on_progress=display.update,
+            stop=stop,
+            lock_pool=lock_pool,
         )
 
 
@@ -186,7 +209,9 @@ def worker_process(
             max_size=max(settings.pool_max_size, config.concurrency + 4),
         )
         try:
-            worker = process_worker(pool, config, settings.pacing_config())
+            worker = process_worker(
+                pool, config, settings.pacing_config(), listen_url=settings.session_url()
+            )
             console = progress.console() if until_idle else None
             if console is None:
                 stats = await worker.run(until_idle=until_idle, handle_signals=True)

@@ -33,11 +33,20 @@ async def _ready_core_pool(
         settings.resolve_database_url(),
         max_size=max_size or settings.pool_max_size,
         name=name,
-        prepared_statements=settings.prepared_statements,
+        prepared_statements=settings.prepare(),
     )
     async with pool.connection() as conn:
         await migrate(conn, layers)
     return pool
+
+
+async def _session_pool(settings: Settings, name: str, max_size: int) -> AsyncConnectionPool | None:
+    """Behind a transaction pooler, a pool of direct sessions for session-scoped advisory
+    locks (``settings.session_url()``); None without a pooler (the main pool does)."""
+    url = settings.session_url()
+    if url is None:
+        return None
+    return await open_pool(url, max_size=max_size, name=f"{name}-session")
 
 
 MetricsPortOption = Annotated[

@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from pgenough.core import metrics
 from pgenough.core.errors import DatabaseError
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 DEFAULT_DATABASE = "pgenough"
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 10
+RECONNECT_MAX_DELAY = 2.0
+"""The longest wait (seconds) between two attempts of a pool to replace a lost connection."""
 NO_EMBEDDED = (
     "no database: set DATABASE_URL to a PostgreSQL server,"
     " or pip install 'pgenough[embedded]' for the embedded one"
@@ -179,7 +182,7 @@ async def open_pool(
         await probe(url, timeout=timeout)
     if statement_timeout is not None:
         url = with_statement_timeout(url, statement_timeout)
-    pool = AsyncConnectionPool(
+    pool = Pool(
         url,
         min_size=min_size,
         max_size=max_size,
@@ -203,6 +206,40 @@ async def open_pool(
         await pool.open(wait=False)
     metrics.track_pool(pool)
     return pool
+
+
+class _CappedAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnect backoff, each delay capped at ``RECONNECT_MAX_DELAY``."""
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_MAX_DELAY)
+
+
+class Pool(AsyncConnectionPool):
+    """psycopg_pool's async pool whose lost connections are replaced within
+    ``RECONNECT_MAX_DELAY`` of the server (or the pooler in front of it) answering again.
+
+    psycopg_pool replaces each lost connection on its own schedule: attempts 1, 2, 4, 8 ...
+    seconds apart (doubling, no ceiling) until ``reconnect_timeout`` (5 minutes). When a
+    server or a PgBouncer is away for D seconds, every connection of the pool is then in a
+    wait that ends up to about D seconds after it is back, and the callers of ``getconn`` (a
+    worker's claim loop, its handlers) wait with it: a pooler restarted for 30 s stalled
+    the workers for a minute more (tests/core/test_pgbouncer.py measures it). Capped, a pool
+    retries each connection every ``RECONNECT_MAX_DELAY`` seconds at most - one connection
+    attempt per connection and period, nothing a server or a pooler notices - and is full
+    again at most that long after the outage ends. psycopg_pool's own
+    ``reconnect_timeout`` and ``reconnect_failed`` are unchanged.
+    """
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        # psycopg_pool (3.2, 3.3) starts each replacement here with attempt=None and passes
+        # the same attempt back on each retry: the capped one then carries on.
+        await super()._add_connection(
+            attempt or _CappedAttempt(timeout=self.reconnect_timeout), growing=growing
+        )
 
 
 async def check_connection(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -706,11 +706,13 @@ class App:
         concurrency: int | None = None,
         name: str | None = None,
         config: WorkerConfig | None = None,
+        listen_url: str | None = None,
     ) -> Worker:
         """A worker for this app's tasks in this process: one executor per queue (all the
         app's queues by default), one listener and one set of duties, the schedules
         included. Concurrency per queue: ``queues`` as a mapping, else ``App(queues=...)``,
-        else ``concurrency``, else ``config``'s."""
+        else ``concurrency``, else ``config``'s. ``listen_url``: the listener's direct
+        connection when ``pool`` goes through a transaction pooler (``Worker``)."""
         base = config or WorkerConfig()
         chosen: Mapping[str, int | None]
         if queues is None:
@@ -723,7 +725,7 @@ class App:
         for queue, explicit in chosen.items():
             n = explicit or self.concurrency.get(queue) or concurrency or base.concurrency
             configs.append(replace(base, queue=queue, concurrency=n))
-        worker = Worker(pool, self.handlers(pool), *configs, name=name)
+        worker = Worker(pool, self.handlers(pool), *configs, name=name, listen_url=listen_url)
         for schedule in self.schedules:
             _register_schedule(worker.periodic, schedule, pool)
         return worker

@@ -62,6 +62,12 @@ class Worker(Service):
     periodic duties (rescuer, cleaner, yours on ``periodic``) and one queue-stats refresh.
     So every config must carry the same ``maintenance``.
 
+    The listener connects to ``listen_url``, by default the pool's conninfo. Behind a
+    transaction pooler (PgBouncer ``pool_mode = transaction``) the pool goes through the
+    pooler and ``listen_url`` must be a direct (session) connection to the server: a LISTEN
+    through the pooler lands on whichever server connection that transaction got, and its
+    notifications on a session nobody reads (docs/operations.md, "Behind PgBouncer").
+
     A ``Service`` itself (``start()``, ``stop()``, ``wait_stopped()``) for a host that runs it
     beside others; its own services start in order (listener, periodic duties, queue stats)
     and stop in reverse once its claim loops are done.
@@ -74,6 +80,7 @@ class Worker(Service):
         *configs: WorkerConfig,
         name: str | None = None,
         rng: random.Random | None = None,
+        listen_url: str | None = None,
     ) -> None:
         configs = configs or (WorkerConfig(),)
         queues = [c.queue for c in configs]
@@ -81,7 +88,7 @@ class Worker(Service):
             raise ValueError(f"one config per queue: {', '.join(queues)}")
         if any(c.maintenance != configs[0].maintenance for c in configs):
             raise ValueError("maintenance runs once per process: give every queue the same")
-        if not isinstance(pool.conninfo, str):
+        if listen_url is None and not isinstance(pool.conninfo, str):
             raise TypeError("the worker's pool needs a conninfo string (for its listener)")
         self.pool = pool
         self.handlers = dict(handlers)
@@ -104,7 +111,7 @@ class Worker(Service):
             for config in configs
         ]
         self._notifier = Notifier(
-            pool.conninfo,
+            listen_url or str(pool.conninfo),
             name=self.name,
             check_interval=min(c.poll_interval for c in configs) * 5,
         )

@@ -166,8 +166,14 @@ async def fetch_provider(
     on_progress: Callable[[Progress], None] | None = None,
     rng: random.Random | None = None,
     stop: asyncio.Event | None = None,
+    lock_pool: AsyncConnectionPool | None = None,
 ) -> RunResult | None:
     """Fetch one snapshot of ``provider``; None when another fetcher holds its lock.
+
+    The provider's lock is a session-level advisory lock held on a connection of
+    ``lock_pool`` (default ``pool``) for the whole fetch: behind a transaction pooler,
+    ``pool`` goes through the pooler and ``lock_pool`` must be direct, as a session lock
+    through the pooler would be held by a server session other clients share.
 
     Whatever goes wrong once the run is open ends as a FAILED run in the result (never an
     exception); ``DatabaseError`` only when the database cannot be used to open a run at all.
@@ -175,7 +181,8 @@ async def fetch_provider(
     """
     with log_context(provider=provider.name):
         try:
-            async with advisory_lock(pool, lock_name(provider.name), wait=False) as lock:
+            lock_on = lock_pool or pool
+            async with advisory_lock(lock_on, lock_name(provider.name), wait=False) as lock:
                 await _fail_orphans(lock.conn, provider.name)
                 started = time.monotonic()
                 fetch = _Fetch(pool, lock.conn, client, provider, config, owner, on_progress, rng)
@@ -518,6 +525,7 @@ async def fetch_all(
     client: httpx.AsyncClient | None = None,
     on_progress: Callable[[str, Progress], None] | None = None,
     stop: asyncio.Event | None = None,
+    lock_pool: AsyncConnectionPool | None = None,
 ) -> list[RunResult | None]:
     """Fetch every provider once, concurrently and independently (None: locked elsewhere).
 
@@ -531,8 +539,9 @@ async def fetch_all(
         async def one(p: ProviderConfig) -> RunResult | None:
             cb = (lambda prog: on_progress(p.name, prog)) if on_progress else None
             return await fetch_provider(
-                pool, client, p, config, owner=owner, on_progress=cb, stop=stop
-            )
+                pool, client, p, config, owner=owner, on_progress=cb, stop=stop,
+                lock_pool=lock_pool,
+            )  # fmt: skip
 
         outcomes = await asyncio.gather(*(one(p) for p in providers), return_exceptions=True)
     finally:
@@ -561,6 +570,7 @@ async def fetch_loop(
     *,
     owner: str,
     on_result: Callable[[RunResult | None], Awaitable[None]] | None = None,
+    lock_pool: AsyncConnectionPool | None = None,
 ) -> None:
     """Fetch each provider once per ``interval`` across every replica, until ``stop``.
 
@@ -577,7 +587,9 @@ async def fetch_loop(
                 if stop.is_set():
                     return
                 try:
-                    result = await fetch_provider(pool, client, p, config, owner=owner, stop=stop)
+                    result = await fetch_provider(
+                        pool, client, p, config, owner=owner, stop=stop, lock_pool=lock_pool
+                    )
                 except DatabaseError as exc:
                     log.warning("%s; next try in %.0fs", exc, interval)
                     return

@@ -131,14 +131,19 @@ async def _finish_run(conn: AsyncConn, run_id: int, provider: str) -> None:
 
 
 def process_worker(
-    pool: AsyncConnectionPool, config: WorkerConfig, pacing: PacingConfig | None = None
+    pool: AsyncConnectionPool,
+    config: WorkerConfig,
+    pacing: PacingConfig | None = None,
+    *,
+    listen_url: str | None = None,
 ) -> Worker:
     """The plan service's worker: ``app`` on the ``plans`` queue. The stale-run reaper is one
     of its scheduled tasks (once per interval across all workers). ``pacing``: how chunks
-    yield to /search (default: ``DEFAULT_PACING``)."""
+    yield to /search (default: ``DEFAULT_PACING``). ``listen_url``: the listener's direct
+    connection behind a transaction pooler."""
     global _pacer
     _pacer = Pacer(pacing or DEFAULT_PACING)
-    return app.worker(pool, queues=[PLANS_QUEUE], config=config)
+    return app.worker(pool, queues=[PLANS_QUEUE], config=config, listen_url=listen_url)
 
 
 def pacer() -> Pacer:

@@ -51,6 +51,16 @@ BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
 -- name: end_snapshot
 COMMIT
 
+-- name: begin_read
+-- Behind a transaction pooler: a search's statements in one transaction, which alone holds
+-- its server connection and its statement timeout.
+BEGIN READ ONLY
+
+-- name: local_statement_timeout
+-- Behind a transaction pooler: the search's statement timeout, for this transaction only
+-- (a session setting would stay on a server connection other clients get next).
+SELECT set_config('statement_timeout', %(ms)s, true)
+
 -- name: delay
 -- Tests and demos only (api_search_delay): a slow search's time, spent in PostgreSQL.
 SELECT pg_sleep(%(seconds)s)
