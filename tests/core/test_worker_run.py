@@ -405,9 +405,12 @@ def socket_nobody_listens_on() -> Any:
 def test_worker_process_is_the_plan_services_app() -> None:
     from pgenough.plans import process
 
-    assert set(process.app.tasks) == {"apply_chunk", "pgenough.plans.reap"}
+    assert set(process.app.tasks) == {"apply_chunk", "pgenough.plans.reap", "pgenough.plans.vacuum"}
     assert process.app.queues == ["plans"]
-    assert [s.task.name for s in process.app.schedules] == ["pgenough.plans.reap"]
+    assert [s.task.name for s in process.app.schedules] == [
+        "pgenough.plans.reap",
+        "pgenough.plans.vacuum",
+    ]
 
 
 async def test_batch_size_bounds_each_claim_and_so_each_batch(

@@ -24,3 +24,10 @@ DEFAULT_DEADLINE: Final = 900.0
 
 DEFAULT_PACING_MAX_PAUSE: Final = 0.25
 """Seconds a fetch or process worker pauses between chunks at full read pressure (0: never)."""
+
+VACUUM_INTERVAL: Final = 10.0
+"""Seconds between two looks of the plans vacuum duty at the plans table's dead rows."""
+DEFAULT_VACUUM_DEAD_SHARE: Final = 0.01
+"""Dead row versions, as a share of the live rows, past which the duty vacuums the plans."""
+VACUUM_MIN_DEAD_ROWS: Final = 1_000
+"""Never fewer dead row versions than this (a small table is autovacuum's)."""

@@ -74,6 +74,10 @@ ROWS_FAILED = Counter(
 CHUNKS_APPLIED = Counter(
     "pgenough_plans_chunks_applied", "Chunks applied and committed.", ["provider"]
 )
+PLANS_VACUUMS = Counter(
+    "pgenough_plans_vacuums",
+    "VACUUMs of pgenough.plans by the process workers' vacuum duty (pgenough.plans.vacuum).",
+)
 LAST_SUCCESS = Gauge(
     "pgenough_plans_last_success_timestamp_seconds",
     "Unix time this process last sealed a run of the provider (STAGED or empty PROCESSED).",

@@ -25,6 +25,7 @@ from pgenough.core import (
 from pgenough.core import publish as publish_message
 from pgenough.core.statements import AsyncConn
 from pgenough.plans import metrics, runs, store
+from pgenough.plans.defaults import VACUUM_INTERVAL
 from pgenough.plans.events import run_changed
 from pgenough.plans.pacing import DEFAULT_PACING, Pacer, PacingConfig
 from pgenough.plans.runs import RunStatus
@@ -85,6 +86,20 @@ async def reap_stale_runs(ctx: TaskContext, stale_after: float = DEFAULT_STALE_A
     """Fail the runs whose fetch worker stopped heartbeating."""
     async with ctx.pool.connection() as conn:
         await fail_stale_runs(conn, stale_after)
+
+
+# Ahead of chunks too: it is while chunks are applied that the plans lose their all-visible
+# pages, and a backlog of chunks must not hold off the vacuum that restores them.
+@app.periodic(every=VACUUM_INTERVAL)
+@app.task(
+    name="pgenough.plans.vacuum", queue=PLANS_QUEUE, priority=10, max_attempts=1,
+    pass_context=True,
+)  # fmt: skip
+async def vacuum_plans(ctx: TaskContext) -> None:
+    """The plans vacuum duty (``store.vacuum_plans``), once per interval across workers."""
+    async with ctx.pool.connection() as conn:
+        if (await store.vacuum_plans(conn)).vacuumed:
+            metrics.PLANS_VACUUMS.inc()
 
 
 async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AFTER) -> list[int]:

@@ -26,6 +26,7 @@ from psycopg import sql
 
 from pgenough.core import PLAN_EACH_TIME, MigrationSet, named_queries
 from pgenough.core.statements import AsyncConn
+from pgenough.plans.defaults import DEFAULT_VACUUM_DEAD_SHARE, VACUUM_MIN_DEAD_ROWS
 
 log = logging.getLogger(__name__)
 _Q = named_queries("pgenough.plans", "store")
@@ -70,6 +71,39 @@ async def truncate_staging(conn: AsyncConn, run_id: int) -> None:
 
 async def drop_staging(conn: AsyncConn, run_id: int) -> None:
     await conn.execute(_q("drop_staging", run_id))
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    dead_rows: int
+    """The plans table's dead row versions when it looked (``pg_stat_user_tables``)."""
+    vacuumed: bool
+
+
+async def vacuum_plans(
+    conn: AsyncConn, dead_share: float = DEFAULT_VACUUM_DEAD_SHARE
+) -> VacuumResult:
+    """VACUUM the plans table once its dead row versions reach ``dead_share`` of its live
+    rows (and ``VACUUM_MIN_DEAD_ROWS``). ``conn`` in autocommit mode.
+
+    Every plan a snapshot changes is a new row version, and the page it lands on, and the
+    one it left, lose their all-visible bit: /search's index-only scan on
+    ``plans_search_idx`` then reads the heap for every plan on them, the skipped ones of an
+    offset too. A snapshot that changes a tenth of the plans touches nearly every page, so
+    after one run nearly every search reads the heap, and on a hot standby, which cannot mark
+    index entries dead, it also walks every dead entry (docs/scaling.md, "Why a replica
+    slows during processing"). Autovacuum waits for a fifth of the table
+    (``autovacuum_vacuum_scale_factor``) and looks once a minute; the process workers' duty
+    (``pgenough.plans.vacuum``) looks every ``VACUUM_INTERVAL`` seconds.
+    """
+    cur = await conn.execute(_Q["plans_dead_rows"])
+    row = await cur.fetchone()
+    dead, live = (int(row[0]), int(row[1])) if row else (0, 0)
+    if dead < max(VACUUM_MIN_DEAD_ROWS, dead_share * live):
+        return VacuumResult(dead, vacuumed=False)
+    await conn.execute(_Q["vacuum_plans"])
+    log.info("vacuumed pgenough.plans (%d dead row versions, %d live rows)", dead, live)
+    return VacuumResult(dead, vacuumed=True)
 
 
 async def merge_duplicates(conn: AsyncConn, run_id: int) -> int:

@@ -181,3 +181,14 @@ ON CONFLICT (run_id, seq) DO UPDATE SET error = EXCLUDED.error, at = now()
 -- name: staging_pages
 -- How many heap pages the run's staging table has (chunks are page ranges).
 SELECT (pg_relation_size(%(table)s::regclass) / current_setting('block_size')::int)::bigint
+
+-- name: plans_dead_rows
+-- The plans table's dead row versions and live rows, as the statistics last counted them.
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0)
+FROM pg_stat_user_tables
+WHERE relid = 'pgenough.plans'::regclass
+
+-- name: vacuum_plans
+-- Reclaim the plans table's dead rows and set its pages all-visible again, so that /search's
+-- index-only scans stop visiting the heap; a vacuum already running on it is not waited for.
+VACUUM (SKIP_LOCKED) pgenough.plans
