@@ -308,25 +308,42 @@ async def test_periodic_claims_through_the_pooler_run_a_tick_once(
 
 
 async def test_prepared_statements_break_through_the_pooler_unless_turned_off(
-    pooled_url: str,
+    server_url: str, database_url: str
 ) -> None:
     """The rule of docs/operations.md: PgBouncer < 1.21 in transaction mode cannot carry
-    psycopg's automatic prepared statements; ``prepared_statements=False`` can."""
-    prepared = await open_pool(pooled_url, min_size=4, max_size=4, name="pgb-prepared")
-    unprepared = await pooled_pool(pooled_url, "pgb-unprepared", size=4)
-    try:
+    psycopg's automatic prepared statements; ``prepared_statements=False`` can.
 
-        async def repeat(pool: AsyncConnectionPool) -> None:
-            async def one(n: int) -> None:
-                async with pool.connection() as conn:
-                    await conn.execute("SELECT %s::int + 1", (n,))
+    Made certain rather than left to the pooler's choice of server connection: on a pooler
+    of two server connections, the client prepares its statement on one (inside a
+    transaction, so it holds it), another client holds the second while the first is handed
+    to a third, then the first client's next transaction can only get the server that never
+    saw its statement."""
+    dbname = conninfo_to_dict(database_url)["dbname"]
+    with bouncer(server_url, pool_size=2) as small:
+        url = small.url(dbname)
 
-            for _ in range(10):
-                await asyncio.gather(*(one(n) for n in range(8)))
+        async def hop(prepared: bool) -> None:
+            options: dict[str, Any] = {"autocommit": True}
+            if not prepared:
+                options["prepare_threshold"] = None
+            client = await psycopg.AsyncConnection.connect(url, **options)
+            holder = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            third = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            try:
+                if prepared:
+                    client.prepare_threshold = 0  # prepared at its first execution
+                async with client.transaction():
+                    await client.execute("SELECT %s::int + 1", (1,))  # server A, held
+                    await holder.execute("BEGIN")
+                    await holder.execute("SELECT 1")  # server B, held
+                await third.execute("BEGIN")
+                await third.execute("SELECT 1")  # the only free server: A
+                await holder.execute("COMMIT")  # B free, and the only one
+                await client.execute("SELECT %s::int + 1", (2,))  # on B
+            finally:
+                for conn in (client, holder, third):
+                    await conn.close()
 
-        await asyncio.wait_for(repeat(unprepared), WAIT)
+        await asyncio.wait_for(hop(prepared=False), WAIT)
         with pytest.raises(psycopg.errors.Error, match="prepared statement"):
-            await asyncio.wait_for(repeat(prepared), WAIT)
-    finally:
-        await prepared.close()
-        await unprepared.close()
+            await asyncio.wait_for(hop(prepared=True), WAIT)
