@@ -31,7 +31,12 @@ from pgenough.api import defaults as api_defaults
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
 from pgenough.core import maintenance as core_maintenance
 from pgenough.core import worker as core_worker
-from pgenough.core.db import database_url, default_data_dir
+from pgenough.core.db import (
+    DEFAULT_NETWORK_TIMEOUT,
+    database_url,
+    default_data_dir,
+    with_network_timeout,
+)
 from pgenough.core.worker_options import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from pgenough.core.worker_options import MAX_CONCURRENCY as MAX_CONCURRENCY
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
@@ -142,6 +147,15 @@ class Settings(BaseSettings):
         " is one. LISTEN (workers, the API's cache, the dashboard), the fetch worker's provider"
         " locks and the dashboard go here; claims, enqueues, completions and /search through"
         " DATABASE_URL. Unset: everything on DATABASE_URL (docs/operations.md, behind PgBouncer).",
+    )
+    network_timeout: float = Field(
+        default=DEFAULT_NETWORK_TIMEOUT,
+        gt=0,
+        description="Seconds after which a connection gives up on a database (or a client) that"
+        " stopped answering: a network cut, a host gone. libpq's connect_timeout, TCP keepalives"
+        " and tcp_user_timeout on our side and, on direct connections, the server's for its end"
+        " of each session (its locks and transaction end with a cut-off client's). A key the URL"
+        " sets wins (docs/scaling.md, workers on other hosts).",
     )
     prepared_statements: bool | None = Field(
         default=None,
@@ -442,7 +456,8 @@ class Settings(BaseSettings):
         """``database_url``, or else the embedded server's under ``data_dir``, started now if
         need be: the one place the settings' database is chosen (``DatabaseError`` when there
         is none)."""
-        return database_url(self.database_url, self.data_dir)
+        url = database_url(self.database_url, self.data_dir)
+        return with_network_timeout(url, self.network_timeout, server_side=not self.behind_pooler)
 
     @property
     def behind_pooler(self) -> bool:
@@ -465,7 +480,11 @@ class Settings(BaseSettings):
         """Where session-bound work connects (LISTEN, session advisory locks, the dashboard):
         ``direct_database_url`` behind a pooler, else None, for the caller's resolved
         ``database_url``."""
-        return self.direct_database_url if self.behind_pooler else None
+        if not self.behind_pooler or self.direct_database_url is None:
+            return None
+        return with_network_timeout(
+            self.direct_database_url, self.network_timeout, server_side=True
+        )
 
     def api_config(self) -> ApiConfig:
         """The API's config; ``ApiConfigError`` when the settings are impossible. Its
@@ -506,9 +525,12 @@ class Settings(BaseSettings):
         from pgenough.api.replica import ReadUrlError, parse_read_urls
 
         try:
-            return parse_read_urls(self.api_read_url)
+            urls = parse_read_urls(self.api_read_url)
         except ReadUrlError as exc:
             raise ApiConfigError(f"PGENOUGH_API_READ_URL: {exc}") from None
+        return tuple(
+            with_network_timeout(url, self.network_timeout, server_side=True) for url in urls
+        )
 
     def ui_config(self) -> UiConfig:
         """The dashboard's config; ``ApiConfigError`` when the settings are impossible."""

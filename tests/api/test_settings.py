@@ -9,6 +9,7 @@ from pgenough.api.config import ApiConfig
 from pgenough.api.ui.config import UiConfig
 from pgenough.api.ui.hosts import LOOPBACK_ONLY
 from pgenough.core import WorkerConfig
+from pgenough.core.db import DEFAULT_NETWORK_TIMEOUT, with_network_timeout
 from pgenough.plans.fetch import FetchConfig
 from pgenough.plans.pacing import PacingConfig
 from pgenough.plans.provider import ProviderConfig
@@ -47,9 +48,11 @@ def test_a_direct_url_beside_database_url_says_it_is_a_transaction_pooler() -> N
     same = Settings.model_construct(database_url=direct, direct_database_url=direct)
     assert (same.behind_pooler, same.prepare(), same.session_url()) == (False, True, None)
     pooled = Settings.model_construct(database_url=pooler, direct_database_url=direct)
-    assert (pooled.behind_pooler, pooled.prepare(), pooled.session_url()) == (True, False, direct)
+    # The direct sessions carry the network timeouts, the server's side of them included.
+    session = with_network_timeout(direct, DEFAULT_NETWORK_TIMEOUT, server_side=True)
+    assert (pooled.behind_pooler, pooled.prepare(), pooled.session_url()) == (True, False, session)
     api = pooled.api_config()
-    assert (api.behind_pooler, api.prepared_statements, api.direct_url()) == (True, False, direct)
+    assert (api.behind_pooler, api.prepared_statements, api.direct_url()) == (True, False, session)
     # PgBouncer 1.21+ with max_prepared_statements: prepared again, still a pooler.
     modern = Settings.model_construct(
         database_url=pooler, direct_database_url=direct, prepared_statements=True

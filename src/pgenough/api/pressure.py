@@ -22,6 +22,7 @@ import psycopg
 from pgenough.api.bulkhead import Bulkhead
 from pgenough.api.config import ApiConfig
 from pgenough.core import Backoff
+from pgenough.core.db import with_network_timeout
 from pgenough.core.retry import Reconnect
 from pgenough.core.statements import AsyncConn
 from pgenough.plans import pacing
@@ -53,7 +54,9 @@ async def publish_pressure(bulkhead: Bulkhead, url: str, config: ApiConfig) -> N
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    url, autocommit=True, application_name="pgenough-api-pressure"
+                    with_network_timeout(url),
+                    autocommit=True,
+                    application_name="pgenough-api-pressure",
                 )
                 await pacing.forget_expired(conn)
                 reconnect.succeeded()

@@ -10,6 +10,8 @@ That wheel is optional (the ``embedded`` and ``service`` extras); without it, no
 from __future__ import annotations
 
 import logging
+import math
+import os
 import select
 import warnings
 from dataclasses import dataclass
@@ -32,6 +34,14 @@ DEFAULT_DATABASE = "pgenough"
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 10
 RECONNECT_MAX_DELAY = 2.0
+DEFAULT_NETWORK_TIMEOUT = 20.0
+"""Seconds after which a connection gives up on a peer that stopped answering: a network cut
+or a host gone without closing its sockets (``with_network_timeout``)."""
+KEEPALIVE_PROBES = 3
+POOLER_HINT = (
+    "a transaction pooler such as PgBouncer refuses session options: name the server itself"
+    " as the direct URL beside it (PGENOUGH_DIRECT_DATABASE_URL)"
+)
 """The longest wait (seconds) between two attempts of a pool to replace a lost connection."""
 NO_EMBEDDED = (
     "no database: set DATABASE_URL to a PostgreSQL server,"
@@ -152,6 +162,8 @@ async def probe(url: str, *, timeout: float = 10.0) -> None:
         raise DatabaseError(f"invalid database url: {redact(url)}") from None
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "unsupported startup parameter" in reason:
+            reason += f" ({POOLER_HINT})"
         raise DatabaseError(f"cannot connect to {redact(url)}: {reason}") from exc
     await conn.close()
 
@@ -178,6 +190,7 @@ async def open_pool(
     behind a transaction-pooling PgBouncer older than 1.21 a prepared statement lives on one
     server connection and the next transaction may run on another.
     """
+    url = with_network_timeout(url)  # where the caller's URL leaves them unset
     if wait:
         await probe(url, timeout=timeout)
     if statement_timeout is not None:
@@ -267,6 +280,56 @@ def _nothing_to_read(conn: psycopg.AsyncConnection[Any]) -> bool:
         return not poller.poll(0)
     except (AttributeError, OSError, ValueError):  # no poll() (Windows), or no socket
         return False
+
+
+def with_network_timeout(
+    url: str, seconds: float = DEFAULT_NETWORK_TIMEOUT, *, server_side: bool = False
+) -> str:
+    """``url`` whose connections notice a peer that stopped answering within about
+    ``seconds``, where the URL (or libpq's environment) does not say otherwise.
+
+    Without it a cut network is noticed only when TCP gives up: a statement waits some 15
+    minutes for its answer, an idle session (a listener, a pool's idle connection) never
+    notices, and connecting to a host that drops packets waits for the kernel's SYN retries.
+    On our side: libpq's ``connect_timeout``, TCP keepalives (``keepalives_idle`` +
+    ``KEEPALIVE_PROBES`` x ``keepalives_interval`` ~ ``seconds``) and ``tcp_user_timeout``
+    (data unacknowledged for ``seconds``). ``server_side`` asks the server the same for its
+    end of each session (``tcp_keepalives_*`` and ``tcp_user_timeout`` in the ``options``
+    startup parameter): the session of a client cut off then ends within ``seconds``, and
+    its transaction, row locks and advisory locks with it, rather than when the server's
+    kernel defaults (hours) notice. Only on direct connections: a transaction pooler refuses
+    the ``options`` parameter (and its server connections' peer is the pooler, alive).
+    Unix-socket connections ignore all but ``connect_timeout``. ``seconds`` <= 0: ``url``.
+    """
+    if seconds <= 0:
+        return url
+    params = conninfo_to_dict(url)
+    idle = max(1, round(seconds / 2))
+    interval = max(1, round(seconds / (2 * KEEPALIVE_PROBES)))
+    user_timeout = max(1, round(seconds * 1000))
+    client = {
+        "keepalives": "1",
+        "keepalives_idle": str(idle),
+        "keepalives_interval": str(interval),
+        "keepalives_count": str(KEEPALIVE_PROBES),
+        "tcp_user_timeout": str(user_timeout),
+    }
+    if "PGCONNECT_TIMEOUT" not in os.environ:
+        client["connect_timeout"] = str(max(2, math.ceil(seconds / 2)))  # libpq's minimum: 2
+    for key, value in client.items():
+        params.setdefault(key, value)
+    if server_side:
+        options = str(params.get("options") or os.environ.get("PGOPTIONS") or "")
+        server = {
+            "tcp_keepalives_idle": idle,
+            "tcp_keepalives_interval": interval,
+            "tcp_keepalives_count": KEEPALIVE_PROBES,
+            "tcp_user_timeout": user_timeout,
+        }
+        added = [f"-c {name}={value}" for name, value in server.items() if name not in options]
+        if added:
+            params["options"] = " ".join([options, *added]).strip()
+    return make_conninfo("", **params)
 
 
 def with_statement_timeout(url: str, seconds: float) -> str:

@@ -23,6 +23,7 @@ from psycopg import sql
 
 from pgenough.core import metrics
 from pgenough.core._sql import load
+from pgenough.core.db import with_network_timeout
 from pgenough.core.errors import first_line
 from pgenough.core.retry import Backoff, Reconnect
 from pgenough.core.statements import Query, Steps, dual
@@ -146,7 +147,7 @@ class Subscription:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         conn = await psycopg.AsyncConnection.connect(
-            self.url, autocommit=True, application_name=self.application_name
+            with_network_timeout(self.url), autocommit=True, application_name=self.application_name
         )
         try:
             for channel in self.channels:
