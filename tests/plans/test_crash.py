@@ -15,11 +15,21 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core.db import EmbeddedServer
 from pgenough.plans.fetch import FetchConfig
+from pgenough.plans.process import STAGING_LOST
+from pgenough.plans.runs import RunStatus
 from pgenough.sim.server import SimServer
 from tests.helpers.embedded import restart_embedded
 from tests.helpers.procs import ROOT, wait_until
 from tests.plans.model import expected_rows
-from tests.plans.pipeline import download, dump, fetch, process, run_row
+from tests.plans.pipeline import (
+    assert_finished,
+    download,
+    dump,
+    fetch,
+    process,
+    queued_chunks,
+    run_row,
+)
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 PGENOUGH = str(Path(sys.executable).parent / "pgenough")
@@ -189,3 +199,47 @@ async def test_postgres_restart_mid_run_workers_reconnect_on_their_own(
     records = download(url)
     expected = expected_rows("sim", [(t, records) for t in processed_times])
     assert await dump(db) == expected
+
+
+@pytest.mark.serial  # crashes the server the other xdist workers use
+async def test_a_crash_after_the_seal_fails_the_run_and_the_next_fetch_starts_over(
+    db: AsyncConnectionPool, embedded: EmbeddedServer | None
+) -> None:
+    """Staging tables are unlogged: crash recovery (as a promoted standby) empties them. A
+    run sealed before the crash must not be called PROCESSED with nothing applied: its first
+    chunk fails it with the reason, and the next fetch ingests the snapshot whole."""
+    if embedded is None:
+        pytest.skip("crashes the server: runs on the embedded server the suite controls")
+    with SimServer(plans=3_000, seed=12) as sim:
+        url = f"{sim.url}?version=1"
+        staged = await fetch(db, url, config=FetchConfig(chunk_pages=4))
+        assert staged.status == RunStatus.STAGED
+        async with db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT relpersistence FROM pg_class WHERE oid = to_regclass(%s)",
+                (f"pgenough.staging_{staged.run_id}",),
+            )
+            assert await cur.fetchone() == ("u",)  # no WAL: a standby replays none of it
+        await asyncio.to_thread(restart_embedded, embedded, mode="immediate")
+
+        async def reachable() -> bool:
+            try:
+                async with db.connection() as conn:
+                    await conn.execute("SELECT 1")
+            except Exception:  # the session pool replaces its broken connections
+                return False
+            return True
+
+        await wait_until(reachable, 60, "the server back after its crash")
+        await process(db)
+        run = await run_row(db, staged.run_id)
+        assert (run["status"], run["reason"], run["has_staging"]) == ("FAILED", STAGING_LOST, False)
+        assert run["chunks_done"] == 0
+        assert await dump(db) == []  # nothing of it was applied, nothing claims it was
+        assert await queued_chunks(db) == 0  # its other chunks saw the run failed
+
+        again = await fetch(db, url)
+        await process(db)
+        await assert_finished(db, again.run_id, "PROCESSED")
+        times = [(await run_row(db, again.run_id))["started_at"]]
+        assert await dump(db) == expected_rows("sim", [(t, download(url)) for t in times])

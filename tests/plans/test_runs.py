@@ -37,6 +37,7 @@ RETURNS: dict[str, tuple[str, ...] | None] = {
     "record_attempt": None,
     "seal_run": ("id",),
     "fail_run": ("id",),
+    "fail_staged_run": ("id",),
     "chunk_done": ("last",),
     "mark_processed": _fields(ProcessedRun),
     "get_run": _fields(Run),

@@ -21,9 +21,10 @@ from pgenough.plans.runs import RunStatus
 
 Outcome = Literal["staged", "processed_empty", "failed", "skipped_locked"]
 FailureReason: TypeAlias = (
-    ProviderFailure | Literal["feed", "database", "stopped", "internal", "orphaned", "stale"]
+    ProviderFailure
+    | Literal["feed", "database", "stopped", "internal", "orphaned", "stale", "staging_lost"]
 )
-_OF_OTHERS: Final = frozenset({"orphaned", "stale"})
+_OF_OTHERS: Final = frozenset({"orphaned", "stale", "staging_lost"})
 """Reasons recorded for a run by someone other than its own fetch (it is no fetch outcome)."""
 
 FETCHES = Counter(
@@ -44,7 +45,8 @@ RUNS_FAILED = Counter(
     "too slow), redirect (a loop or a refused redirect), decoding (a body that does not "
     "decode), url, deadline (the run's overall deadline), feed (unparsable or hostile XML), "
     "database (connection lost), stopped (the worker was stopped), internal (a bug), "
-    "orphaned (its fetcher died), stale (stopped heartbeating).",
+    "orphaned (its fetcher died), stale (stopped heartbeating), staging_lost (a server crash or "
+    "a failover emptied its staging before it was applied).",
     ["provider", "reason"],
 )
 PLANS_STAGED = Counter(

@@ -67,14 +67,24 @@ async def _apply(ctx: TaskContext, conn: AsyncConn, run_id: int, lo: str, hi: st
             return
         provider = run.provider
         bind_log_context(provider=provider)
-        result = await store.apply_chunk(
-            conn, run_id=run_id, provider=provider, snapshot_at=run.started_at, lo=lo, hi=hi
-        )
-        if await runs.chunk_done(conn, run_id, written=result.written, failed=result.failed):
-            await _finish_run(conn, run_id, provider)
-        await complete(conn, ctx.job)
+        failed = False
+        if run.plans_staged > 0 and await store.staging_lost(conn, run_id):
+            failed = await _fail_lost_staging(conn, run_id, provider)
+            await complete(conn, ctx.job)
+            result = None
+        else:
+            result = await store.apply_chunk(
+                conn, run_id=run_id, provider=provider, snapshot_at=run.started_at, lo=lo, hi=hi
+            )
+            if await runs.chunk_done(conn, run_id, written=result.written, failed=result.failed):
+                await _finish_run(conn, run_id, provider)
+            await complete(conn, ctx.job)
     # Counted once committed: a chunk whose transaction rolled back will be applied again.
-    metrics.record_chunk(provider, result.written, result.failed)
+    if result is not None:
+        metrics.record_chunk(provider, result.written, result.failed)
+    elif failed:
+        metrics.record_failed(provider, "staging_lost")
+        log.error("run %d (%s) FAILED: %s", run_id, provider, STAGING_LOST)
 
 
 # Ahead of chunks: a dead fetch's run must not wait behind a backlog to be failed.
@@ -117,6 +127,24 @@ async def fail_stale_runs(conn: AsyncConn, stale_after: float = DEFAULT_STALE_AF
             "failed %d run(s) whose fetch worker stopped heartbeating: %s", len(failed), failed
         )
     return failed
+
+
+STAGING_LOST = (
+    "its staging was emptied before it was applied: the database server crashed or a standby"
+    " was promoted (staging tables are unlogged); the provider's next fetch starts over"
+)
+
+
+async def _fail_lost_staging(conn: AsyncConn, run_id: int, provider: str) -> bool:
+    """Fail a sealed run whose staging a crash or a failover emptied: applying its chunks
+    would write nothing and call the snapshot processed. The chunks applied before are kept
+    (each plan's newest snapshot still wins); the rest of the run's chunks skip it. False
+    if another chunk failed it first."""
+    if not await runs.fail_staged_run(conn, run_id, reason=STAGING_LOST):
+        return False
+    await store.drop_staging(conn, run_id)
+    await run_changed(conn, run_id, provider, RunStatus.FAILED)
+    return True
 
 
 async def _finish_run(conn: AsyncConn, run_id: int, provider: str) -> None:

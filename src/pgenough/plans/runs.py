@@ -272,6 +272,14 @@ async def fail_run(
     )
 
 
+async def fail_staged_run(conn: AsyncConn, run_id: int, *, reason: str) -> bool:
+    """STAGED → FAILED with ``reason``; False if the run was no longer STAGED."""
+    cur = await conn.execute(
+        STATEMENTS["fail_staged_run"], {"id": run_id, "reason": reason}, prepare=PLAN_EACH_TIME
+    )
+    return await cur.fetchone() is not None
+
+
 async def chunk_done(conn: AsyncConn, run_id: int, *, written: int, failed: int) -> bool:
     """Count one applied chunk of a STAGED run; True if it was the run's last."""
     cur = await conn.execute(

@@ -69,6 +69,17 @@ async def truncate_staging(conn: AsyncConn, run_id: int) -> None:
     await conn.execute(_q("truncate_staging", run_id))
 
 
+async def staging_lost(conn: AsyncConn, run_id: int) -> bool:
+    """Whether a sealed run's staging table has been emptied under it: a crash of the server
+    or a promoted standby resets unlogged tables (``create_staging``). Only for a run that
+    staged plans: a sealed run's table is never emptied otherwise."""
+    cur = await conn.execute(
+        _Q["staging_size"], {"table": f"pgenough.staging_{run_id}"}, prepare=PLAN_EACH_TIME
+    )
+    row = await cur.fetchone()
+    return row is None or row[0] is None or row[0] == 0
+
+
 async def drop_staging(conn: AsyncConn, run_id: int) -> None:
     await conn.execute(_q("drop_staging", run_id))
 

@@ -75,6 +75,13 @@ SET status = 'FAILED', failed_at = clock_timestamp(), reason = %(reason)s,
 WHERE id = %(id)s AND status = 'RUNNING'
 RETURNING id
 
+-- name: fail_staged_run
+-- A sealed run that cannot be applied (its staging was lost); its chunks then skip it.
+UPDATE pgenough.runs
+SET status = 'FAILED', failed_at = clock_timestamp(), reason = %(reason)s
+WHERE id = %(id)s AND status = 'STAGED'
+RETURNING id
+
 -- name: chunk_done
 -- Count a processed chunk; returns whether it was the run's last.
 UPDATE pgenough.runs

@@ -1,6 +1,10 @@
 -- name: create_staging
--- A run's own staging table (dropped whole when the run ends: no vacuum debt).
-CREATE TABLE {staging} (
+-- A run's own staging table (dropped whole when the run ends: no vacuum debt). UNLOGGED: its
+-- rows are written to no WAL, so staging a snapshot costs no WAL writes, fsyncs or
+-- replication, and a standby replays nothing of it. A crash of the server, or a standby
+-- promoted in its place, empties it (staging_size): apply_chunk then fails the run, and the
+-- provider's next fetch starts over.
+CREATE UNLOGGED TABLE {staging} (
     seq                   bigint NOT NULL,
     base_plan_id          text NOT NULL,
     plan_id               text NOT NULL,
@@ -30,6 +34,11 @@ TRUNCATE {staging}
 -- name: analyze_staging
 -- Fresh statistics once the run is staged, so chunk statements are planned for real sizes.
 ANALYZE {staging}
+
+-- name: staging_size
+-- Bytes of a run's staging table (NULL: there is none). A sealed run's is never empty unless
+-- a crash or a promotion reset it, as PostgreSQL resets every unlogged table.
+SELECT pg_relation_size(to_regclass(%(table)s))
 
 -- name: drop_staging
 -- The run is over.
