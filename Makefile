@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 SERVICE_STAMP := $(VENV)/.installed-service
 TEST_STAMP    := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck pytest test-db dist bench-queue bench-ingest bench-api screenshots clean
+.PHONY: run test lint typecheck pytest test-db dist bench-queue bench-ingest bench-api bench-replica screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,9 @@ bench-ingest: $(TEST_STAMP)  ## As a module: as a script, bench/queue.py shadows
 
 bench-api: $(TEST_STAMP)  ## Needs wrk (apt-get install -y wrk).
 	$(BIN)/python -m bench.api --plot-search docs/img/boundary-search.png
+
+bench-replica: $(TEST_STAMP)  ## Needs wrk and the PostgreSQL 15 binaries (initdb, pg_basebackup).
+	$(BIN)/python -m bench.replica
 
 screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
 	$(BIN)/python -m tests.ui.screenshots

@@ -180,6 +180,7 @@ from pgenough.api.search import SearchQuery, fetch_page
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
 from pgenough.plans import pacing
 from pgenough.plans.defaults import DEFAULT_PACING_MAX_PAUSE
+from pgenough.plans.runs import RunStatus
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
@@ -671,9 +672,12 @@ def ingest_cell(
     nice: int,
     tmp: Path,
     rate: int = FIXED_RATE,
+    serve: bool = False,
 ) -> Cell:
     """Snapshot ``version`` fetched, then processed, with cold searches at ``rate``/s running
-    for the whole of each phase (wrk stopped when the phase ends)."""
+    for the whole of each phase (wrk stopped when the phase ends). ``serve``: the process
+    worker runs as deployed (its periodic duties on) and is stopped once the run is
+    processed, rather than ``--until-idle``."""
     env = pacing_env(url, max_pause, nice)
     cmd = pgenough_command()
     label = f"{placement.name}, {pacing_label(max_pause, nice)}"
@@ -713,14 +717,7 @@ def ingest_cell(
             sim.stop()
         if code != 0:
             raise RuntimeError(f"fetch of version {version} exited {code}")
-        process = Phase(
-            "process",
-            [cmd, "worker", "process", "--until-idle", "--concurrency", str(PROCESS_CONCURRENCY)],
-            env,
-            log,
-            tmp,
-            placement.ingest,
-        )
+        process = process_phase(url, env, log, tmp, placement.ingest, serve)
         wait_first_claim(url, 60)
         start = time.monotonic()
         during_process = run_wrk(
@@ -757,6 +754,35 @@ def ingest_cell(
         flush=True,
     )
     return cell
+
+
+def process_phase(
+    url: str,
+    env: dict[str, str],
+    log: IO[bytes],
+    tmp: Path,
+    cpus: frozenset[int] | None,
+    serve: bool,
+) -> Phase:
+    """``pgenough worker process`` for the latest run: ``--until-idle``, or (``serve``) as a
+    deployment runs it, stopped with SIGTERM once the run is processed. ``--until-idle``
+    starts none of the worker's periodic duties (the plans vacuum among them)."""
+    command = [pgenough_command(), "worker", "process", "--concurrency", str(PROCESS_CONCURRENCY)]
+    if not serve:
+        return Phase("process", [*command, "--until-idle"], env, log, tmp, cpus)
+    phase = Phase("process", command, env, log, tmp, cpus)
+
+    def stop_when_processed() -> None:
+        while phase.ended is None and last_run(url)[1] not in (
+            RunStatus.PROCESSED,
+            RunStatus.FAILED,
+        ):
+            time.sleep(0.05)
+        if phase.ended is None:
+            phase.proc.send_signal(signal.SIGTERM)
+
+    threading.Thread(target=stop_when_processed, daemon=True).start()
+    return phase
 
 
 class NotStarted(RuntimeError):

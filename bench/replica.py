@@ -9,7 +9,7 @@ wrk``) and the PostgreSQL 15 binaries (``/usr/lib/postgresql/15/bin``: ``initdb`
     .venv/bin/python -m bench.replica                   # 1M plans, 10 s per baseline
     .venv/bin/python -m bench.replica --quick           # 100k plans, 3 s: a smoke run
 
-(``make bench-replica`` runs the first line. About 15 min on a quiet 2-core machine at 1M.)
+(``make bench-replica`` runs the first line. About 20 min on a quiet 2-core machine at 1M.)
 
 **Servers.** A primary and a hot standby of PostgreSQL 15 made for the run
 (``tests/helpers/standby.py``: ``initdb``, ``pg_basebackup -R -X stream``), then set to
@@ -35,14 +35,19 @@ process it has forked, and the backends it forks later inherit it):
    windows, random offsets, ``limit=50``) at 1,000/s alone for ``--duration`` s, then 750,
    500, 250 until one has p99 <= 50 ms and no 503: the rate the replica sustains alone; that
    run is the baseline of the ratios.
-2. ``isolated``, snapshot v2 of the same plans fetched and processed with the searches at that
-   rate for the whole of each phase (``bench/api.py``'s ``ingest_cell``); meanwhile a thread
-   samples the primary's ``pg_stat_replication`` (``replay_lag``, and the bytes not yet
-   replayed) and the API's ``/metrics`` (its own lag measure, reads per target) every 0.25 s.
-3. The WAL streaming cost: v3 ingested with no searches, on CPU 0, the standby streaming;
-   then the standby stopped and v4 likewise: ingestion with a replica against without one,
-   in the same placement.
-4. ``shared``: the searches at the same rate alone, then v5 ingested under them.
+2. ``isolated``, a new snapshot of the same plans fetched and processed with the searches at
+   that rate for the whole of each phase (``bench/api.py``'s ``ingest_cell``; the process
+   worker runs as deployed, its periodic duties on); meanwhile a thread samples the
+   primary's ``pg_stat_replication`` (``replay_lag``, and the bytes not yet replayed) and
+   the API's ``/metrics`` (its own lag measure, reads per target) every 0.25 s. Then the
+   same at the next lower rate of the list, with its own alone baseline: the rate step 1
+   chose keeps the replica's core nearly busy with searches alone, the next one leaves it
+   room for the replay.
+3. The WAL streaming cost: a snapshot ingested with no searches, on CPU 0, the standby
+   streaming; then the standby stopped and the next likewise: ingestion with a replica
+   against without one, in the same placement.
+4. ``shared``: at each of the two rates, the searches alone, then a snapshot ingested under
+   them.
 
 Figures: wrk's (``bench/api.py``: rps, p50/p99/max, non-2xx = 503 ``TOO_BUSY``), the
 ingestion's fetch s, process s and plans/s end to end (``pgenough.runs``), the replica's lag
@@ -86,6 +91,7 @@ from bench.api import (
     ingest_cell,
     last_run,
     load,
+    process_phase,
     run_wrk,
     show,
     vacuum_plans,
@@ -190,6 +196,8 @@ class LagSamples:
     probes: list[tuple[float, int, int]] = field(default_factory=list)
     """PROBE_QUERY on the standby, EXPLAIN ANALYZE'd every PROBE_EVERY samples: (execution
     ms, heap fetches, shared buffers hit or read)."""
+    vacuums: tuple[int, int] = (0, 0)
+    """VACUUMs of pgenough.plans through the cell: (the duty's or anyone's, autovacuum's)."""
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds used through the cell, by process: where the replica's core went."""
 
@@ -209,6 +217,7 @@ class LagSamples:
             + f"; searches read {', '.join(f'{k} {v:.0f}' for k, v in sorted(self.reads.items()))}"
             + "; probe search (ms, heap fetches, buffers) first "
             + (f"{self.probes[0]}, worst {max(self.probes)}" if self.probes else "none")
+            + f"; plans vacuumed {self.vacuums[0]} time(s), autovacuumed {self.vacuums[1]}"
             + "; replay was "
             + ", ".join(f"{k} {n / total:.0%}" for k, n in self.replay_waits.most_common(5))
             + f"; CPU s {', '.join(f'{k} {up(v, 1)}' for k, v in self.cpu.items())}"
@@ -254,6 +263,15 @@ def explained(conn: psycopg.Connection[Any]) -> tuple[float, int, int]:
     return (round(float(plan["Execution Time"]), 2), fetches, buffers)
 
 
+def plans_vacuums(url: str) -> tuple[int, int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT vacuum_count, autovacuum_count FROM pg_stat_user_tables"
+            " WHERE relid = 'pgenough.plans'::regclass"
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 @contextlib.contextmanager
 def sampling(primary_url: str, api: Api | None, pair: DurablePair) -> Iterator[LagSamples]:
     """The replica's lag, what its replay waits on, the API's view (``api``: None without
@@ -272,6 +290,7 @@ def sampling(primary_url: str, api: Api | None, pair: DurablePair) -> Iterator[L
     # A group's figure is its live processes' CPU at the end less at the start: a process
     # that exits within the cell is left out (the API's and the replay's live throughout).
     before = {k: cpu_seconds(pids()) for k, pids in groups.items()}
+    vacuums0 = plans_vacuums(primary_url)
     t0 = time.monotonic()
 
     def run() -> None:
@@ -314,6 +333,8 @@ def sampling(primary_url: str, api: Api | None, pair: DurablePair) -> Iterator[L
         samples.reads = {k: v - reads0.get(k, 0.0) for k, v in reads1.items()}
         samples.cpu = {k: cpu_seconds(pids()) - before[k] for k, pids in groups.items()}
         samples.cpu["wall"] = time.monotonic() - t0
+        vacuums1 = plans_vacuums(primary_url)
+        samples.vacuums = (vacuums1[0] - vacuums0[0], vacuums1[1] - vacuums0[1])
 
 
 def sustained_rate(
@@ -363,10 +384,8 @@ def ingest_only(url: str, plans: int, version: int, cpus: frozenset[int] | None,
                            preexec_fn=placed)  # fmt: skip
         finally:
             sim.stop()
-        subprocess.run(
-            [cmd, "worker", "process", "--until-idle", "--concurrency", str(PROCESS_CONCURRENCY)],
-            stdout=log, stderr=log, env=env, cwd=tmp, check=True, preexec_fn=placed,
-        )  # fmt: skip
+        if process_phase(url, env, log, tmp, cpus, serve=True).join(1800) != 0:
+            raise RuntimeError(f"process of version {version} failed")
     run = last_run(url)
     if run[1] != "PROCESSED":
         raise RuntimeError(f"run {run[0]} of version {version} is {run[1]}: {run[4]}")
@@ -447,12 +466,32 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"\nisolated: api {api.base} reading the standby\n", flush=True)
             alone_iso, alone_samples = sustained_rate(api, pair, isolated, args.duration, tmp)
             print(f"  replica through it: {alone_samples.summary()}", flush=True)
-            rate = rate_of(alone_iso)
-            vacuum_plans(primary)
-            pair.wait_replayed(timeout=600)
-            with sampling(primary, api, pair) as lag:
-                cell_iso = ingest_cell(api, primary, args.plans, 2, isolated, 0.0, 0, tmp, rate)
-            print(f"  replica over the ingestion: {lag.summary()}", flush=True)
+            # The sustained rate keeps the replica's core nearly busy with searches alone;
+            # the next lower rate leaves it room for the replay. Both are measured.
+            rates = [rate_of(alone_iso)]
+            if rates[0] != RATES[-1]:
+                rates.append(RATES[RATES.index(rates[0]) + 1])
+            version = 2
+            isolated_cells: dict[int, tuple[Result, Cell, LagSamples]] = {}
+            for rate in rates:
+                if rate == rates[0]:
+                    alone = alone_iso
+                else:
+                    vacuum_plans(primary)
+                    pair.wait_replayed(timeout=600)
+                    alone = run_wrk(api, f"cold@{rate} alone [isolated]", "cold", args.duration,
+                                    tmp, 20 + version, rate, cpus=isolated.api)  # fmt: skip
+                    show(alone)
+                vacuum_plans(primary)
+                pair.wait_replayed(timeout=600)
+                with sampling(primary, api, pair) as lag:
+                    cell = ingest_cell(
+                        api, primary, args.plans, version, isolated, 0.0, 0, tmp, rate,
+                        serve=True,
+                    )  # fmt: skip
+                version += 1
+                print(f"  replica over the ingestion at {rate}/s: {lag.summary()}", flush=True)
+                isolated_cells[rate] = (alone, cell, lag)
             api.stop()
             api = None
 
@@ -460,39 +499,50 @@ def main(argv: Sequence[str] | None = None) -> None:
             vacuum_plans(primary)
             pair.wait_replayed(timeout=600)
             with sampling(primary, None, pair) as lag_alone:
-                with_replica = ingest_only(primary, args.plans, 3, primary_cpus, tmp)
-            print(f"  v3 with the standby streaming: {down(with_replica.rate)} plans/s"
+                with_replica = ingest_only(primary, args.plans, version, primary_cpus, tmp)
+            print(f"  v{version} with the standby streaming: {down(with_replica.rate)} plans/s"
                   f" (fetch {up(with_replica.fetch_s, 1)} s, process"
                   f" {up(with_replica.process_s, 1)} s)", flush=True)  # fmt: skip
             print(f"  replica over it: {lag_alone.summary()}", flush=True)
             pair.stop_standby()
             vacuum_plans(primary)
-            without = ingest_only(primary, args.plans, 4, primary_cpus, tmp)
-            print(f"  v4 with no standby:           {down(without.rate)} plans/s"
+            without = ingest_only(primary, args.plans, version + 1, primary_cpus, tmp)
+            print(f"  v{version + 1} with no standby:           {down(without.rate)} plans/s"
                   f" (fetch {up(without.fetch_s, 1)} s, process {up(without.process_s, 1)} s)"
                   f" -> with / without {down(with_replica.rate / without.rate, 2)}x",
                   flush=True)  # fmt: skip
+            version += 2
 
             print("\nshared: one server, api reading the primary, no pinning\n", flush=True)
             pin_tree(pair.postmaster(pair.primary_dir), None)
             api = Api(primary, api_log, tmp)
-            vacuum_plans(primary)
-            alone_shared = run_wrk(api, f"cold@{rate} alone [shared]", "cold", args.duration,
-                                   tmp, 16, rate)  # fmt: skip
-            show(alone_shared)
-            cell_shared = ingest_cell(api, primary, args.plans, 5, shared, 0.0, 0, tmp, rate)
+            shared_cells: dict[int, tuple[Result, Cell]] = {}
+            for rate in rates:
+                vacuum_plans(primary)
+                alone_shared = run_wrk(api, f"cold@{rate} alone [shared]", "cold",
+                                       args.duration, tmp, 30 + version, rate)  # fmt: skip
+                show(alone_shared)
+                cell_shared = ingest_cell(
+                    api, primary, args.plans, version, shared, 0.0, 0, tmp, rate, serve=True
+                )
+                version += 1
+                shared_cells[rate] = (alone_shared, cell_shared)
 
-            print(f"\nsummary (searches at {rate}/s, chosen in step 1):")
-            judge("isolated (replica)", alone_iso, cell_iso)
-            judge("shared (one server)", alone_shared, cell_shared)
-            print(
-                f"  isolated alone p99 {up(alone_iso.p99_ms, 2)} ms against shared alone"
-                f" {up(alone_shared.p99_ms, 2)} ms; ingestion under searches: isolated"
-                f" {down(cell_iso.rate)} plans/s, shared {down(cell_shared.rate)} plans/s"
-                f" ({down(cell_iso.rate / cell_shared.rate, 2)}x)"
-            )
-            print(f"  replica over the isolated ingestion: {lag.summary()}")
-            print(f"  replica over the ingestion with no searches: {lag_alone.summary()}")
+            for rate in rates:
+                alone, cell, lag = isolated_cells[rate]
+                alone_shared, cell_shared = shared_cells[rate]
+                chosen = "the rate step 1 chose" if rate == rates[0] else "the next lower rate"
+                print(f"\nsummary at {rate}/s ({chosen}):")
+                judge("isolated (replica)", alone, cell)
+                judge("shared (one server)", alone_shared, cell_shared)
+                print(
+                    f"  isolated alone p99 {up(alone.p99_ms, 2)} ms against shared alone"
+                    f" {up(alone_shared.p99_ms, 2)} ms; ingestion under searches: isolated"
+                    f" {down(cell.rate)} plans/s, shared {down(cell_shared.rate)} plans/s"
+                    f" ({down(cell.rate / cell_shared.rate, 2)}x)"
+                )
+                print(f"  replica over the isolated ingestion: {lag.summary()}")
+            print(f"\n  replica over the ingestion with no searches: {lag_alone.summary()}")
         except BaseException:
             for log in sorted(tmp.glob("*.log")):
                 print(f"--- {log.name} (tail)", file=sys.stderr)
