@@ -7,17 +7,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import MIGRATIONS
 from pgenough.api.cache import ResponseCache
 from pgenough.api.replica import PRIMARY, PROBE_INTERVAL, REPLICA, Lag, lsn
-from pgenough.core import migrate, open_pool
 from pgenough.settings import Settings
 from tests.api.helpers import Plan, add_plans, api_settings, events, serving, state
 from tests.helpers.standby import StandbyPair, standby_pair
@@ -96,17 +94,6 @@ def test_an_idle_primary_is_no_lag_and_a_stuck_replica_grows_past_the_bound() ->
 def pair() -> Iterator[StandbyPair]:
     with standby_pair() as started:
         yield started
-
-
-@pytest.fixture(scope="module")
-async def primary(pair: StandbyPair) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(pair.primary_url, max_size=2, name="test-primary")
-    try:
-        async with pool.connection() as conn:
-            await migrate(conn, MIGRATIONS)
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

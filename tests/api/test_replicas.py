@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,7 +19,6 @@ from prometheus_client import REGISTRY
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import MIGRATIONS
 from pgenough.api.errors import ApiConfigError
 from pgenough.api.models import StatusResponse
 from pgenough.api.replica import (
@@ -38,7 +37,8 @@ from pgenough.api.search import parse_query
 from pgenough.api.ui.auth import WROTE_COOKIE
 from pgenough.api.ui.deps import READ_HEADER
 from pgenough.api.ui.state import UiState, overview_event, reading
-from pgenough.core import enqueue, migrate, open_pool, publish
+from pgenough.core import enqueue, publish
+from pgenough.core.db import with_network_timeout
 from pgenough.jsonable import as_json
 from pgenough.plans import inspect
 from pgenough.plans.events import RUN_CHANGED
@@ -75,12 +75,15 @@ def test_the_setting_takes_a_json_list_from_the_environment_and_a_bad_one_is_ref
         "PGENOUGH_API_READ_URL", '["host=a port=5433 dbname=db", "postgresql://u:pw@b:5434/db"]'
     )
     settings = Settings()
-    assert settings.api_config().read_urls == (
-        "host=a port=5433 dbname=db",
-        "postgresql://u:pw@b:5434/db",
+    # Each with the network timeouts added (the server's side too: replicas are direct).
+    assert settings.api_config().read_urls == tuple(
+        with_network_timeout(url, server_side=True)
+        for url in ("host=a port=5433 dbname=db", "postgresql://u:pw@b:5434/db")
     )
     monkeypatch.setenv("PGENOUGH_API_READ_URL", "postgresql://u@c/db")
-    assert Settings().api_config().read_urls == ("postgresql://u@c/db",)
+    assert Settings().api_config().read_urls == (
+        with_network_timeout("postgresql://u@c/db", server_side=True),
+    )
     monkeypatch.setenv("PGENOUGH_API_READ_URL", '["postgresql://u@c/db"')
     with pytest.raises(ApiConfigError, match="PGENOUGH_API_READ_URL"):
         Settings().api_config()
@@ -147,17 +150,6 @@ def test_reads_take_turns_among_the_replicas_within_the_bound() -> None:
 def pair() -> Iterator[StandbyPair]:
     with standby_pair(standbys=2) as started:
         yield started
-
-
-@pytest.fixture(scope="module")
-async def primary(pair: StandbyPair) -> AsyncIterator[AsyncConnectionPool]:
-    pool = await open_pool(pair.primary_url, max_size=2, name="test-primary")
-    try:
-        async with pool.connection() as conn:
-            await migrate(conn, MIGRATIONS)
-        yield pool
-    finally:
-        await pool.close()
 
 
 @pytest.fixture

@@ -299,11 +299,15 @@ def with_network_timeout(
     its transaction, row locks and advisory locks with it, rather than when the server's
     kernel defaults (hours) notice. Only on direct connections: a transaction pooler refuses
     the ``options`` parameter (and its server connections' peer is the pooler, alive).
-    Unix-socket connections ignore all but ``connect_timeout``. ``seconds`` <= 0: ``url``.
+    Unix-socket connections ignore all but ``connect_timeout``. ``seconds`` <= 0, or a URL
+    that does not parse: ``url`` as it is.
     """
     if seconds <= 0:
         return url
-    params = conninfo_to_dict(url)
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return url  # left for the connection to refuse, with its reason (probe)
     idle = max(1, round(seconds / 2))
     interval = max(1, round(seconds / (2 * KEEPALIVE_PROBES)))
     user_timeout = max(1, round(seconds * 1000))
