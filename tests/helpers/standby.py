@@ -7,6 +7,12 @@ free ports), starts it, clones it with ``pg_basebackup -R -X stream`` once per s
 pause and resume a standby's replay, stop and start a standby (each method takes the
 standby's index, the first by default), and always stops them all in ``close``.
 
+``standbys=0`` is a lone server. ``listen`` gives it TCP addresses to listen on besides its
+socket directory (every client of those addresses trusted: the multi-host tests' links), and
+``netns`` a network namespace to run in (``tests/helpers/netns.py``: the servers' TCP is that
+namespace's, their unix sockets reach every test process all the same); ``tcp_url(address)``
+is the primary's URL over one of them.
+
 ``pg_ctl`` refuses to run as root: as root the servers run as the ``postgres`` system user
 (``runuser``), their directory handed to that user. Without the PostgreSQL 15 binaries the
 tests that need a pair are skipped, unless ``PGENOUGH_REQUIRE_STANDBY=1`` says they must run.
@@ -20,7 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -73,8 +79,12 @@ def wait_for(condition: object, what: str, timeout: float = TIMEOUT) -> None:
 
 
 class StandbyPair:
-    def __init__(self, standbys: int = 1) -> None:
-        assert standbys >= 1
+    def __init__(
+        self, standbys: int = 1, *, listen: Sequence[str] = (), netns: str | None = None
+    ) -> None:
+        assert standbys >= 0
+        self.listen = tuple(listen)
+        self.netns = netns
         self.root = Path(tempfile.mkdtemp(prefix="pgenough-standby-"))
         self.as_user = os.geteuid() == 0
         if self.as_user:
@@ -96,6 +106,11 @@ class StandbyPair:
     @property
     def primary_url(self) -> str:
         return self.url(self.primary_port)
+
+    def tcp_url(self, address: str, dbname: str = "postgres") -> str:
+        """The primary over TCP at ``address`` (one of ``listen``)."""
+        assert address in self.listen, address
+        return f"host={address} port={self.primary_port} user=postgres dbname={dbname}"
 
     @property
     def standby_dir(self) -> Path:
@@ -121,12 +136,15 @@ class StandbyPair:
         command = [str(BIN / args[0]), *args[1:]]
         if self.as_user:
             command = ["runuser", "-u", SERVER_USER, "--", *command]
+        if self.netns is not None:
+            command = ["ip", "netns", "exec", self.netns, *command]
         result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
         if result.returncode:
             raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr.strip()}")
 
     def _options(self, port: int) -> str:
-        return f"-c port={port} -c unix_socket_directories={self.root} -c listen_addresses=''"
+        listen = ",".join(self.listen) or "''"
+        return f"-c port={port} -c unix_socket_directories={self.root} -c listen_addresses={listen}"
 
     def _start(self, data: Path, port: int) -> None:
         log = self.root / f"{data.name}.log"
@@ -152,6 +170,8 @@ class StandbyPair:
             )
         with (self.primary_dir / "pg_hba.conf").open("a") as hba:
             hba.write("local replication all trust\n")
+            if self.listen:
+                hba.write("host all all 0.0.0.0/0 trust\n")
         self._start(self.primary_dir, self.primary_port)
         for i, data in enumerate(self.standby_dirs):
             self._run("pg_basebackup", "-D", str(data), "-R", "-X", "stream",
@@ -234,10 +254,12 @@ class StandbyPair:
 
 
 @contextmanager
-def standby_pair(standbys: int = 1) -> Iterator[StandbyPair]:
+def standby_pair(
+    standbys: int = 1, *, listen: Sequence[str] = (), netns: str | None = None
+) -> Iterator[StandbyPair]:
     """A running primary and ``standbys`` standbys, all stopped at the end however it ends."""
     skip_unless_available()
-    pair = StandbyPair(standbys)
+    pair = StandbyPair(standbys, listen=listen, netns=netns)
     try:
         pair.start()
         yield pair
