@@ -13,7 +13,10 @@ import logging
 import math
 import os
 import select
+import time
 import warnings
+import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,8 +184,9 @@ async def open_pool(
 ) -> AsyncConnectionPool:
     """Open an autocommit connection pool once the server answers.
 
-    Connections are checked before they are handed out (``check_connection``), so a pool
-    survives a server restart: broken connections are discarded and replaced.
+    Connections are checked before they are handed out (``check_connection``; in full
+    after one came back broken, see ``Pool``), so a pool survives a server restart or a
+    network cut: broken connections are discarded and replaced.
     ``statement_timeout`` (seconds) cancels any statement of its sessions that runs longer.
     ``wait=False`` returns at once and lets the pool connect in the background, for a caller
     that must start without the database.
@@ -243,7 +247,43 @@ class Pool(AsyncConnectionPool):
     attempt per connection and period, nothing a server or a pooler notices - and is full
     again at most that long after the outage ends. psycopg_pool's own
     ``reconnect_timeout`` and ``reconnect_failed`` are unchanged.
+
+    A connection given back broken (or closed) is word that its siblings may be too: each
+    connection not checked since then gets psycopg_pool's full check (a round trip) at its
+    next checkout, whatever ``check`` would do. After a network cut the server may have ended
+    every session of the pool (its keepalives, ``with_network_timeout``) while the sockets
+    on this side show nothing until written to; without it each idle connection failed one
+    statement of its next caller in turn once the network was back (a worker's failure of a
+    job, its heartbeat: tests/core/test_partition.py).
     """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        check: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._cheap_check = check
+        self._broken_at = -math.inf
+        """When (``time.monotonic()``) a connection last came back broken."""
+        self._checked: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+        """When each connection last passed a full check."""
+        super().__init__(conninfo, check=self._check_since_broken, **kwargs)
+
+    async def _check_since_broken(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if self._checked.get(conn, -math.inf) < self._broken_at:
+            await AsyncConnectionPool.check_connection(conn)
+            self._checked[conn] = time.monotonic()
+        elif self._cheap_check is not None:
+            await self._cheap_check(conn)
+
+    async def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if conn.closed:  # broken, or closed by its user as untrustworthy (locks.py)
+            self._broken_at = time.monotonic()
+        await super().putconn(conn)
 
     async def _add_connection(
         self, attempt: AttemptWithBackoff | None, growing: bool = False
@@ -265,8 +305,10 @@ async def check_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     full check decides, and a broken connection is discarded and replaced, as before. Either
     way no query of the caller meets a connection the server has already closed. What
     neither check notices sooner is a peer that vanished without closing (a cut network):
-    the caller's statement then fails when TCP gives up. The round trip saved is one per
-    checkout (docs/benchmarks.md, "API: the cost of one search").
+    the caller's statement then fails when TCP gives up (``with_network_timeout``), or, when
+    the server ended the session during the cut, at the first write after it heals; from
+    that broken connection on, ``Pool`` checks its other connections in full. The round
+    trip saved is one per checkout (docs/benchmarks.md, "API: the cost of one search").
     """
     idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     if not (idle and _nothing_to_read(conn)):
