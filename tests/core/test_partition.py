@@ -8,9 +8,9 @@ the claim's attempt), each job's effect committed exactly once, for a batch task
 ``pass_context`` task, whether the partition outlasts the network timeout (the server ends
 the cut-off session: ``PGENOUGH_NETWORK_TIMEOUT``'s server side) or not (the session lives
 on, and the refusal happens in it). A partition of the listener alone: idle workers still
-take new jobs by polling, and the listener reconnects once the link is back. And a pool whose
-sessions the server ended during a cut checks its other connections once one comes back
-broken.
+take new jobs by polling, and the listener reconnects once the link is back; a listener whose
+ping goes unanswered says so. And a pool whose sessions the server ended during a cut checks
+its other connections once one comes back broken.
 
 Every process here is a real ``pgenough worker run`` on its own host; the server is a real
 PostgreSQL 15 on the database host (not the suite's shared server: no ``db`` mark).
@@ -365,5 +365,40 @@ def test_a_partition_of_the_listener_alone(cluster: Hosts, procs: list[Proc], db
     assert max(after) < 1.5
     effects = rows(cluster, dbname, "SELECT n, count(*) FROM partition_effects GROUP BY n")
     assert sorted(effects) == [(n, 1) for n in range(count)]
+    assert stop(worker) == 0, worker.stderr
+    assert not [line for line in worker.lines if "Traceback" in line], worker.stderr
+
+
+def test_a_listener_whose_ping_goes_unanswered_says_so(
+    cluster: Hosts, procs: list[Proc], dbname: str
+) -> None:
+    """With the defaults' proportions (a listener pings after 5 poll intervals of silence,
+    10 s, sooner than the network timeout of 20 s), a cut listener is found lost by its
+    ping within two ping intervals: the line says so, not a bare "TimeoutError:"; it
+    reconnects once healed."""
+    poll = 0.4  # pings after 2 s of silence
+    env = worker_env(
+        cluster,
+        "w2",
+        dbname,
+        PGENOUGH_WORKER_POLL_INTERVAL=str(poll),
+        PGENOUGH_NETWORK_TIMEOUT="20",
+    )
+    worker, name = start_worker(cluster, procs, "w2", env, f"--queue={partitionapp.EACH_QUEUE}=1")
+    wait_for(
+        lambda: listener_addresses(cluster, dbname, name) == [cluster.address("w2")],
+        timeout=30,
+        what="the listener",
+    )
+    cut = cluster.cut("w2")
+    lost = worker.expect(lambda s: "listener lost" in s, timeout=20)
+    after = time.monotonic() - cut
+    print(f"listener lost {after:.1f}s after the cut: {lost}")
+    assert f"listener lost (TimeoutError: no answer to a ping within {5 * poll:g} s)" in lost
+    # Two ping intervals (silence, then the ping's wait): not 10 s more of psycopg trying
+    # to cancel the ping on the server over the cut link.
+    assert after < 2 * 5 * poll + 5
+    cluster.heal("w2")
+    worker.expect(lambda s: "subscriber reconnected" in s, timeout=30)
     assert stop(worker) == 0, worker.stderr
     assert not [line for line in worker.lines if "Traceback" in line], worker.stderr

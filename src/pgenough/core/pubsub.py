@@ -173,7 +173,7 @@ class Subscription:
         assert self._conn is not None
         received = [n async for n in self._conn.notifies(timeout=self.ping_interval, stop_after=1)]
         if not received:
-            await asyncio.wait_for(self._conn.execute(_Q["ping"]), timeout=self.ping_interval)
+            await self._ping()
             return []
         messages = []
         for n in received:
@@ -184,6 +184,27 @@ class Subscription:
                 messages.append(Message(n.channel, payload))
                 metrics.PUBSUB_RECEIVED.labels(n.channel).inc()
         return messages
+
+    async def _ping(self) -> None:
+        """Prove the session alive within ``ping_interval``, or raise ``TimeoutError``
+        saying so (and close the connection).
+
+        Unanswered (a cut network, noticed before the connection's network timeout), the
+        connection is closed before the ping is cancelled: cancelled first, psycopg would try
+        to cancel the query on the server over the same dead network, some 10 s more before
+        the listener is found lost and its reconnects begin."""
+        assert self._conn is not None
+        ping = asyncio.ensure_future(self._conn.execute(_Q["ping"]))
+        try:
+            done, _ = await asyncio.wait({ping}, timeout=self.ping_interval)
+        finally:
+            if not ping.done():
+                await self._conn.close()
+                ping.cancel()
+                await asyncio.gather(ping, return_exceptions=True)
+        if not done:
+            raise TimeoutError(f"no answer to a ping within {self.ping_interval:g} s")
+        ping.result()
 
     async def _fetch_stored(self, message_id: int) -> str | None:
         assert self._conn is not None
