@@ -123,3 +123,25 @@ def test_provider_config_rejects_bad_values() -> None:
         ProviderConfig("p", "http:///feed")
     with pytest.raises(ValueError, match="provider name"):
         ProviderConfig("a b", "http://x")
+
+
+async def test_a_failure_to_report_the_attempt_does_not_hide_what_ended_it() -> None:
+    """The body could not be used, and recording the attempt fails too (both need the run's
+    database connection, which a network cut took): the error raised is the first."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_Body(b"<x/>"))
+
+    async def consume(body: AsyncIterator[bytes]) -> bytes:
+        raise RuntimeError("could not receive data from server: Connection timed out")
+
+    async def on_attempt(attempt: Attempt) -> None:
+        raise RuntimeError("the connection is closed")
+
+    async def restart() -> None:
+        raise AssertionError("not retried")
+
+    cfg = ProviderConfig("p", "http://provider.test/feed")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        with pytest.raises(RuntimeError, match="Connection timed out"):
+            await fetch(client, cfg, consume, on_attempt=on_attempt, restart=restart)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import logging
 import random
 import time
 import zlib
@@ -47,6 +48,7 @@ from pgenough.plans.defaults import (
 )
 from pgenough.plans.errors import ProviderError
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_MAX_RETRY_AFTER: Final = 300.0
@@ -363,7 +365,12 @@ async def _consume(
     except (httpx.HTTPError, _Retry, ProviderError):
         raise
     except Exception as exc:
-        await attempt.report(200, str(exc))
+        try:
+            await attempt.report(200, str(exc))
+        except Exception:
+            # Reporting needs what may just have failed (the run's database connection, cut
+            # off): the error that ended the attempt is the one to tell, not its echo.
+            log.debug("attempt %d: could not report %r", attempt.number, exc, exc_info=True)
         raise
 
 
