@@ -13,6 +13,23 @@ socket directory (every client of those addresses trusted: the multi-host tests'
 namespace's, their unix sockets reach every test process all the same); ``tcp_url(address)``
 is the primary's URL over one of them.
 
+For failover (``tests/*/test_failover.py``, ``bench/failover.py``): ``synchronous_commit``
+turns the setting back on (a commit waits for its WAL to be written; the pair turns it off for
+speed), ``synchronous=True`` also names the standbys in ``synchronous_standby_names`` (``*``:
+a commit is acknowledged once a standby has flushed its WAL), in ``postgresql.conf`` before
+the standbys are cloned, so that they inherit it as a real standby does. ``stop_primary``
+stops the primary as a crash would (``pg_ctl stop -m immediate``), ``promote`` makes a standby
+the primary, and ``failover_url`` is the multi-host connection string
+(``target_session_attrs=read-write``) that follows whichever of them accepts writes.
+
+A promoted standby keeps the configuration it was cloned with: if that names a synchronous
+standby and none is connected to it, every commit on it waits forever (``wait_event``
+``SyncRep`` in ``pg_stat_activity``). ``promote`` therefore empties
+``synchronous_standby_names`` on the standby first (``ALTER SYSTEM``, then a reload), as an
+operator (or a failover manager such as Patroni) must, until a new standby is attached;
+``promote(keep_synchronous=True)`` leaves it for a test that shows the hang, and
+``clear_synchronous`` ends it.
+
 ``pg_ctl`` refuses to run as root: as root the servers run as the ``postgres`` system user
 (``runuser``), their directory handed to that user. Without the PostgreSQL 15 binaries the
 tests that need a pair are skipped, unless ``PGENOUGH_REQUIRE_STANDBY=1`` says they must run.
@@ -80,11 +97,21 @@ def wait_for(condition: object, what: str, timeout: float = TIMEOUT) -> None:
 
 class StandbyPair:
     def __init__(
-        self, standbys: int = 1, *, listen: Sequence[str] = (), netns: str | None = None
+        self,
+        standbys: int = 1,
+        *,
+        listen: Sequence[str] = (),
+        netns: str | None = None,
+        synchronous_commit: bool = False,
+        synchronous: bool = False,
     ) -> None:
         assert standbys >= 0
+        assert standbys or not synchronous, "a synchronous standby needs a standby"
         self.listen = tuple(listen)
         self.netns = netns
+        self.synchronous = synchronous
+        """The standbys are synchronous (``synchronous_standby_names = '*'``)."""
+        self.synchronous_commit = synchronous_commit or synchronous
         self.root = Path(tempfile.mkdtemp(prefix="pgenough-standby-"))
         self.as_user = os.geteuid() == 0
         if self.as_user:
@@ -164,7 +191,8 @@ class StandbyPair:
             conf.write(
                 f"wal_level = replica\nmax_wal_senders = {2 * len(self.standby_dirs) + 4}\n"
                 "hot_standby = on\nfsync = off\n"
-                "synchronous_commit = off\nfull_page_writes = off\n"
+                f"synchronous_commit = {'on' if self.synchronous_commit else 'off'}\n"
+                f"{self._synchronous_conf()}full_page_writes = off\n"
                 # Replay may be paused for a while by a test: keep the WAL it still needs.
                 "wal_keep_size = '256MB'\n"
             )
@@ -241,6 +269,78 @@ class StandbyPair:
 
         wait_for(replayed, f"standby {i} replays up to {target}", timeout)
 
+    # -- failover ---------------------------------------------------------------------------
+
+    def _synchronous_conf(self) -> str:
+        return "synchronous_standby_names = '*'\n" if self.synchronous else ""
+
+    def failover_url(self, dbname: str = "postgres") -> str:
+        """The primary, then each standby, in one multi-host connection string: libpq tries
+        them in turn and keeps the first that accepts writes (``target_session_attrs``)."""
+        hosts = ",".join([str(self.root)] * (1 + len(self.standby_ports)))
+        ports = ",".join(str(port) for port in [self.primary_port, *self.standby_ports])
+        return (
+            f"host={hosts} port={ports} user=postgres dbname={dbname}"
+            " target_session_attrs=read-write"
+        )
+
+    @property
+    def primary_running(self) -> bool:
+        return self.primary_dir in self.started
+
+    def wait_synchronous(self, timeout: float = TIMEOUT) -> None:
+        """Until a standby streams to the primary as its synchronous standby."""
+
+        def synchronous() -> bool:
+            with psycopg.connect(self.primary_url) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+                ).fetchone()
+                return bool(row and row[0])
+
+        wait_for(synchronous, "a synchronous standby streams", timeout)
+
+    def stop_primary(self) -> None:
+        """Stop the primary as a crash would (``pg_ctl stop -m immediate``): its sessions cut
+        at once, no shutdown checkpoint, and the WAL no standby has received yet lost to
+        them."""
+        self._run("pg_ctl", "-D", str(self.primary_dir), "-m", "immediate", "-w", "stop")
+        self.started.remove(self.primary_dir)
+
+    def promote(self, i: int = 0, *, keep_synchronous: bool = False) -> None:
+        """Make standby ``i`` the primary, and return once it accepts writes. First empty its
+        ``synchronous_standby_names`` (inherited from the old primary), unless
+        ``keep_synchronous``: then every commit on it waits (see ``clear_synchronous``)."""
+        if not keep_synchronous:
+            self.clear_synchronous(i)
+        self._run("pg_ctl", "-D", str(self.standby_dirs[i]), "-w", "-t", str(int(TIMEOUT)),
+                  "promote")  # fmt: skip
+        wait_for(lambda: self._accepts_writes(i), f"standby {i} accepts writes")
+
+    def clear_synchronous(self, i: int = 0) -> None:
+        """``synchronous_standby_names = ''`` on standby ``i`` (``ALTER SYSTEM``, which a hot
+        standby allows, and a reload): its commits no longer wait for a standby, and those
+        waiting already (a promoted node still naming one) complete."""
+        url = self._standby_url(i)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = ''")
+            conn.execute("SELECT pg_reload_conf()")
+
+        def cleared() -> bool:  # the reload reaches new sessions a moment later
+            with psycopg.connect(url) as conn:
+                row = conn.execute("SHOW synchronous_standby_names").fetchone()
+                return bool(row is not None and row[0] == "")
+
+        wait_for(cleared, f"standby {i}'s synchronous_standby_names emptied")
+
+    def _accepts_writes(self, i: int) -> bool:
+        try:
+            with psycopg.connect(self._standby_url(i), connect_timeout=2) as conn:
+                row = conn.execute("SELECT NOT pg_is_in_recovery()").fetchone()
+                return bool(row and row[0])
+        except psycopg.OperationalError:
+            return False
+
     def close(self) -> None:
         errors = []
         for data in reversed(list(self.started)):  # the standbys first
@@ -255,11 +355,23 @@ class StandbyPair:
 
 @contextmanager
 def standby_pair(
-    standbys: int = 1, *, listen: Sequence[str] = (), netns: str | None = None
+    standbys: int = 1,
+    *,
+    listen: Sequence[str] = (),
+    netns: str | None = None,
+    synchronous_commit: bool = False,
+    synchronous: bool = False,
 ) -> Iterator[StandbyPair]:
-    """A running primary and ``standbys`` standbys, all stopped at the end however it ends."""
+    """A running primary and ``standbys`` standbys, all stopped at the end however it ends
+    (``synchronous_commit``, ``synchronous``: see ``StandbyPair``)."""
     skip_unless_available()
-    pair = StandbyPair(standbys, listen=listen, netns=netns)
+    pair = StandbyPair(
+        standbys,
+        listen=listen,
+        netns=netns,
+        synchronous_commit=synchronous_commit,
+        synchronous=synchronous,
+    )
     try:
         pair.start()
         yield pair
