@@ -93,6 +93,9 @@ def test_labels_name_host_and_port_never_a_password() -> None:
     assert label_of("postgresql://u:s3cret@db2.example:5433/pg") == "db2.example:5433"
     assert label_of("host=a,b port=5433,5434 password=s3cret") == "a:5433,b:5434"
     assert label_of("dbname=pg") == "localhost:5432"
+    # A multi-host URI leaves the port of a host given without one empty: the default.
+    assert label_of("postgresql://u@[::1]:5433,h2/pg") == "[::1]:5433,h2:5432"
+    assert label_of("host=/run/a,/run/b port=5432,5433") == "/run/a:5432,/run/b:5433"
     assert labels_of(["host=a dbname=x", "host=a dbname=y", "host=b"]) == (
         "a:5432#0",
         "a:5432#1",

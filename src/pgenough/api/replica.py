@@ -66,6 +66,8 @@ SEARCH: Final = "search"
 DASHBOARD: Final = "dashboard"
 """The readers (the ``reader`` label of the read metrics)."""
 POOL_MIN_SIZE: Final = 2
+DEFAULT_PORT: Final = "5432"
+"""libpq's port where a URL names none (in a label)."""
 
 
 class ReadUrlError(ValueError):
@@ -101,16 +103,26 @@ def parse_read_urls(value: str | Sequence[str] | None) -> tuple[str, ...]:
 
 def label_of(url: str) -> str:
     """How metrics and pages name the replica at ``url``: its ``host:port`` (every host of a
-    multi-host string), never its password; ``ReadUrlError`` when it does not parse."""
+    multi-host string, each with its port or the default one, an IPv6 address in brackets),
+    never its password; ``ReadUrlError`` when it does not parse."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ReadUrlError(f"a read URL does not parse: {first_line(exc)}") from None
     hosts = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
-    ports = str(params.get("port") or "5432").split(",")
+    ports = str(params.get("port") or DEFAULT_PORT).split(",")
     if len(ports) == 1:
         ports = ports * len(hosts)
-    return ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=False))
+    # libpq's URI form leaves an empty port for a host given without one (the default).
+    return ",".join(
+        f"{_host_label(h)}:{p or DEFAULT_PORT}" for h, p in zip(hosts, ports, strict=False)
+    )
+
+
+def _host_label(host: str) -> str:
+    if not host:
+        return "localhost"
+    return f"[{host}]" if ":" in host and not host.startswith("/") else host
 
 
 def as_user_of(url: str, other: str) -> str:
