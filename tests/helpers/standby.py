@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -305,6 +306,17 @@ class StandbyPair:
         at once, no shutdown checkpoint, and the WAL no standby has received yet lost to
         them."""
         self._run("pg_ctl", "-D", str(self.primary_dir), "-m", "immediate", "-w", "stop")
+        self.started.remove(self.primary_dir)
+
+    def kill_primary(self) -> None:
+        """What ``stop_primary`` does, with no process started in between: SIGQUIT to the
+        primary's postmaster (the signal ``pg_ctl stop -m immediate`` sends) now, then wait
+        until it is gone; for a bench that must time the crash to the millisecond."""
+        pid_file = self.primary_dir / "postmaster.pid"
+        os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)
+        # As pg_ctl does: the postmaster removes its pid file last (the process may linger
+        # as a zombie until whoever adopted it reaps it).
+        wait_for(lambda: not pid_file.exists(), "the primary's postmaster exits")
         self.started.remove(self.primary_dir)
 
     def promote(self, i: int = 0, *, keep_synchronous: bool = False) -> None:
