@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 SERVICE_STAMP := $(VENV)/.installed-service
 TEST_STAMP    := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck pytest test-db dist bench-queue bench-ingest bench-api bench-replica screenshots clean
+.PHONY: run test lint typecheck pytest test-db dist bench-queue bench-ingest bench-api bench-replica bench-failover screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,9 @@ bench-api: $(TEST_STAMP)  ## Needs wrk (apt-get install -y wrk).
 
 bench-replica: $(TEST_STAMP)  ## Needs wrk and the PostgreSQL 15 binaries (initdb, pg_basebackup).
 	$(BIN)/python -m bench.replica
+
+bench-failover: $(TEST_STAMP)  ## Needs the PostgreSQL 15 binaries (initdb, pg_basebackup, pg_waldump).
+	$(BIN)/python -m bench.failover
 
 screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
 	$(BIN)/python -m tests.ui.screenshots

@@ -43,6 +43,8 @@ class Attempt:
     outcome: str
     """``OK``, ``FAILED`` or ``DOUBT``."""
     error: str = ""
+    took: float = 0.0
+    """Seconds from the enqueue's start to its COMMIT's answer."""
 
 
 class Producer(threading.Thread):
@@ -73,6 +75,7 @@ class Producer(threading.Thread):
                 self.stopping.wait(next_at - now)  # the pace, not a synchronisation
             next_at = max(next_at + self.interval, time.monotonic() - self.interval)
             n += 1
+            began = time.monotonic()
             try:
                 if conn is None:
                     conn = psycopg.connect(self.url)
@@ -89,7 +92,7 @@ class Producer(threading.Thread):
                 _close(conn)
                 conn = None
                 continue
-            self._record(Attempt(n, time.time(), OK))
+            self._record(Attempt(n, time.time(), OK, took=time.monotonic() - began))
         _close(conn)
 
     def _record(self, attempt: Attempt) -> None:
