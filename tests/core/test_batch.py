@@ -597,7 +597,7 @@ async def test_a_batch_task_runs_one_job_alone_as_a_batch_of_one(
 
 async def claim_now(db: AsyncConnectionPool, queue: str) -> list[Job]:
     """Claim a queue's jobs as a worker does, without running them."""
-    params = {"done_ids": [], "done_attempts": [], "queue": queue, "limit": 10}
+    params = {"done_ids": [], "done_attempts": [], "done_created": [], "queue": queue, "limit": 10}
     async with db.connection() as conn:
         cur = conn.cursor(row_factory=record_rows(Job))
         await cur.execute(load("queue")["claim"], {**params, "lease": 30, "worker": "t"})

@@ -28,8 +28,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgenough.core import migrate
+from pgenough.core import LeaseLost, complete, enqueue, migrate
 from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
+from pgenough.core.queue import claim, complete_many, fail_job
 from tests.helpers import failoverapp
 from tests.helpers.failover import Producer, measure, project_env, read_acks
 from tests.helpers.procs import Proc, wait_for
@@ -234,3 +235,47 @@ def test_a_promoted_node_still_naming_a_synchronous_standby_waits_on_every_commi
         assert committed.wait(30)
         writer.join(10)
         assert scalar(pair.standby_url, "SELECT count(*) FROM t") == 1
+
+
+async def test_a_claim_lost_in_a_failover_cannot_complete_the_job_that_took_its_id() -> None:
+    """The new primary lacks the old one's last commits, the sequence's among them: it hands
+    out again the ids of jobs it never received. A handler still running such a job (claimed
+    on the old primary, its claim lost with it) must not complete, acknowledge or fail the
+    new job that took its id: a claim is the job's id, its attempt AND its enqueue time.
+    (Without the enqueue time, the stale completion deleted the new job, whose own handler
+    then found its claim gone: a job acknowledged after the failover, never done.)"""
+    with standby_pair(synchronous_commit=True) as pair:
+        url = pair.failover_url()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await migrate(conn)
+            await enqueue(conn, "k", queue="q")  # the sequence's state, on the standby
+        pair.wait_replayed()
+        pair.stop_standby()  # from here on the standby receives nothing: the lost tail
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for n in range(40):  # past the 32 ids the sequence logs ahead
+                await enqueue(conn, "k", {"n": n}, queue="q")
+            stale = await claim(conn, queue="q", worker="old", lease=60, limit=100, done=[])
+        pair.kill_primary()
+        pair.start_standby()
+        pair.promote()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for n in range(40):
+                await enqueue(conn, "k", {"n": 100 + n}, queue="q")
+            fresh = await claim(conn, queue="q", worker="new", lease=60, limit=100, done=[])
+            # The claims of jobs enqueued on the old primary only, whose ids new jobs took
+            # (the first job, replicated, is the same job on both: not one of them).
+            created = {j.id: j.created_at for j in fresh}
+            retaken = [j for j in stale if j.id in created and created[j.id] != j.created_at]
+            assert retaken, "the new primary handed out none of the lost ids again"
+            for job in retaken:
+                with pytest.raises(LeaseLost):
+                    async with conn.transaction():
+                        await complete(conn, job)
+            assert not await complete_many(conn, retaken)
+            await claim(conn, queue="q", worker="old", lease=60, limit=0, done=retaken)  # ack
+            for job in retaken:
+                assert await fail_job(conn, job, "stale", 0.0, give_up=False) is None
+            cur = await conn.execute(
+                "SELECT count(*) FROM pgenough.jobs WHERE state = 'running' AND worker = 'new'"
+            )
+            assert await cur.fetchone() == (len(fresh),)  # every new claim untouched

@@ -152,9 +152,13 @@ async def session(
                 await conn.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
 
 
-def fake_job(job_id: int, attempts: int = 1, queue: str = "default") -> Job:
+def fake_job(
+    job_id: int, attempts: int = 1, queue: str = "default", created_at: datetime | None = None
+) -> Job:
+    """A claim of job ``job_id`` (``created_at``: the job's own, for a claim that is still
+    its own: a claim is the id, the attempt and the enqueue time)."""
     now = datetime.now().astimezone()
-    return Job(job_id, queue, "k", None, 0, attempts, 20, now, now)
+    return Job(job_id, queue, "k", None, 0, attempts, 20, now, created_at or now)
 
 
 @dataclass(frozen=True)
@@ -347,7 +351,12 @@ async def burst(db: AsyncConnectionPool) -> tuple[list[Job], int]:
         pages = int((await cur.fetchone())[0])  # type: ignore[index]
     rng = random.Random(7)
     picked = rng.sample(ids[: -BATCH - 5], 5 * len(HOT) * BATCH)
-    return [fake_job(i) for i in picked], pages
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT id, created_at FROM pgenough.jobs WHERE id = ANY(%s)", (picked,)
+        )
+        created = dict(await cur.fetchall())
+    return [fake_job(i, created_at=created[i]) for i in picked], pages
 
 
 HISTORIES = [

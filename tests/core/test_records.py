@@ -22,6 +22,7 @@ from pgenough.core.statements import record_maker
 _CLAIM = {
     "done_ids": "{}",
     "done_attempts": "{}",
+    "done_created": "{}",
     "queue": "q",
     "limit": 0,
     "lease": 1.0,

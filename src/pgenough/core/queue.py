@@ -56,6 +56,10 @@ class Job:
     max_attempts: int
     run_at: datetime
     created_at: datetime
+    """When it was enqueued. A claim is the job's id, its attempt and this: after a failover
+    with asynchronous replication the new primary hands out again the ids of jobs it never
+    received, and a handler still running such a job must not complete the one that took
+    its id."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +258,9 @@ def complete(job: Job) -> Steps[None]:
     its lease expired and it was reclaimed, or an operator cancelled it.
     """
     result = yield Query(
-        _Q["complete"], {"id": job.id, "attempts": job.attempts}, prepare=PLAN_EACH_TIME
+        _Q["complete"],
+        {"id": job.id, "attempts": job.attempts, "created_at": job.created_at},
+        prepare=PLAN_EACH_TIME,
     )
     if not result.rows:
         raise LeaseLost(job.id)
@@ -267,7 +273,11 @@ def complete_many(jobs: Sequence[Job]) -> Steps[set[int]]:
     or cancelled meanwhile: roll back, or their effects would commit twice."""
     result = yield Query(
         _Q["complete_many"],
-        {"ids": int_array(j.id for j in jobs), "attempts": int_array(j.attempts for j in jobs)},
+        {
+            "ids": int_array(j.id for j in jobs),
+            "attempts": int_array(j.attempts for j in jobs),
+            "created": timestamp_array(j.created_at for j in jobs),
+        },
         prepare=PLAN_EACH_TIME,
     )
     return {row[0] for row in result.rows}
@@ -413,6 +423,7 @@ async def claim(
     params: dict[str, Any] = {
         "done_ids": int_array(j.id for j in done),
         "done_attempts": int_array(j.attempts for j in done),
+        "done_created": timestamp_array(j.created_at for j in done),
         "queue": queue,
         "limit": limit,
         "lease": lease,
@@ -444,6 +455,7 @@ def fail_job(job: Job, error: str, delay: float, *, give_up: bool) -> Steps[str 
     params = {
         "id": job.id,
         "attempts": job.attempts,
+        "created_at": job.created_at,
         "error": error,
         "delay": delay,
         "give_up": give_up,
@@ -468,6 +480,7 @@ async def defer_unhandled(
     params = {
         "id": job.id,
         "attempts": job.attempts,
+        "created_at": job.created_at,
         "error": error,
         "delay": delay,
         "grace": grace,
@@ -595,3 +608,9 @@ def int_array(ids: Iterable[int]) -> str:
     hundred ids each at batch 100; docs/benchmarks.md, "Issue 13 §2: the worker's client
     cost")."""
     return "{" + ",".join(map(str, ids)) + "}"
+
+
+def timestamp_array(values: Iterable[datetime]) -> str:
+    """``values`` (aware) as a PostgreSQL array literal, for a ``%(...)s::timestamptz[]``
+    parameter, as ``int_array`` does for ids."""
+    return "{" + ",".join(f'"{value.isoformat()}"' for value in values) + "}"

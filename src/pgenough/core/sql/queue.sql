@@ -74,11 +74,15 @@ SET LOCAL enable_sort = off
 
 -- name: claim
 -- Acknowledge finished jobs and claim up to %(limit)s ready ones in one round trip and one
--- commit. A job is acknowledged only if it is still the same claim (state and attempts).
+-- commit. A job is acknowledged only if it is still the same claim (state and attempts) of
+-- the same job (its enqueue time: after a failover with asynchronous replication the new
+-- primary hands out again the ids of the jobs it never received).
 WITH done AS (
     DELETE FROM pgenough.jobs j
-    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempts)
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.state = 'running'
+    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],
+                 %(done_created)s::timestamptz[]) AS d(id, attempts, created_at)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.created_at = d.created_at
+      AND j.state = 'running'
 ), picked AS (
     SELECT id FROM pgenough.jobs
     WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
@@ -106,8 +110,10 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- comes back short (see executor.py).
 WITH done AS (
     DELETE FROM pgenough.jobs j
-    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempts)
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.state = 'running'
+    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],
+                 %(done_created)s::timestamptz[]) AS d(id, attempts, created_at)
+    WHERE j.id = d.id AND j.attempts = d.attempts AND j.created_at = d.created_at
+      AND j.state = 'running'
 ), picked AS (
     SELECT id FROM pgenough.jobs
     WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
@@ -129,17 +135,21 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
           j.run_at, j.created_at
 
 -- name: complete
--- Complete one job inside the caller's transaction; no row means the lease was lost.
+-- Complete one job inside the caller's transaction; no row means the lease was lost. A claim
+-- is the job's id, its attempt and its enqueue time (see claim).
 DELETE FROM pgenough.jobs
-WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
+WHERE id = %(id)s AND attempts = %(attempts)s AND created_at = %(created_at)s
+  AND state = 'running'
 RETURNING id
 
 -- name: complete_many
 -- Complete a batch handler's jobs inside its transaction. Returns the ids still this claim
--- (state and attempts); a missing one was reclaimed or cancelled meanwhile.
+-- (state, attempts and enqueue time); a missing one was reclaimed or cancelled meanwhile.
 DELETE FROM pgenough.jobs j
-USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempts)
-WHERE j.id = d.id AND j.attempts = d.attempts AND j.state = 'running'
+USING unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(created)s::timestamptz[])
+      AS d(id, attempts, created_at)
+WHERE j.id = d.id AND j.attempts = d.attempts AND j.created_at = d.created_at
+  AND j.state = 'running'
 RETURNING j.id
 
 -- name: fail
@@ -158,7 +168,8 @@ SET state = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts
         errors || jsonb_build_array(jsonb_build_object(
             'attempt', attempts, 'at', now(), 'worker', worker, 'error', %(error)s::text)),
         '$[last - 19 to last]')
-WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
+WHERE id = %(id)s AND attempts = %(attempts)s AND created_at = %(created_at)s
+  AND state = 'running'
 RETURNING state::text, run_at
 
 -- name: defer_unhandled
@@ -182,7 +193,8 @@ SET state = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 seco
         errors || jsonb_build_array(jsonb_build_object(
             'attempt', attempts, 'at', now(), 'worker', worker, 'error', %(error)s::text)),
         '$[last - 19 to last]')
-WHERE id = %(id)s AND attempts = %(attempts)s AND state = 'running'
+WHERE id = %(id)s AND attempts = %(attempts)s AND created_at = %(created_at)s
+  AND state = 'running'
 RETURNING state::text
 
 -- name: claim_in_process
