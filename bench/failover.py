@@ -395,11 +395,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         for r in runs
         if r.mode == "sync" and (r.figures.enqueues_lost or r.figures.completions_lost)
     ]
-    broken = [r for r in runs if r.figures.duplicates or r.figures.undone]
+    broken = [
+        r
+        for r in runs
+        if r.figures.duplicates or r.figures.undone or r.figures.lost_after_promotion
+    ]
     if lost or broken:
         sys.exit(
             f"bench.failover: {len(lost)} sync failover(s) lost acknowledged commits,"
-            f" {len(broken)} did a job twice or left one undone"
+            f" {len(broken)} did a job twice, left one undone or lost one enqueued after the"
+            " promotion"
         )
 
 

@@ -197,6 +197,7 @@ def test_workers_and_a_producer_ride_a_failover(mode: str, tmp_path: Path) -> No
         assert "Traceback" not in logs, logs[-3000:]
         assert figures.duplicates == 0
         assert figures.undone == []
+        assert figures.lost_after_promotion == []
         stalled = scalar(
             new,
             "SELECT array_agg(attempts ORDER BY n) FROM failover_effects WHERE n >= %s",

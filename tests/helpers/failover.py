@@ -169,7 +169,10 @@ class Figures:
     duplicates: int = 0
     """Effects committed more than once on the new primary (must be 0)."""
     undone: list[int] = field(default_factory=list)
-    """Numbers the new primary holds as enqueued but neither done nor waiting (must be none)."""
+    """Numbers still waiting on the new primary once the workers drained (must be none)."""
+    lost_after_promotion: list[int] = field(default_factory=list)
+    """Enqueues acknowledged by the new primary that are neither done nor waiting: never a
+    replication loss (must be none)."""
     loss_window_ms: float = 0.0
     """From the newest acknowledged enqueue the new primary has to the newest acknowledged
     before the stop: the commits of that span were acknowledged but not replicated."""
@@ -218,6 +221,8 @@ def measure(
     acked = producer.of(OK)
     figures.acknowledged = len(acked)
     figures.enqueues_lost = sorted(acked - set(effects) - waiting)
+    acked_at = {a.n: a.at for a in producer.attempts if a.outcome == OK}
+    figures.lost_after_promotion = [n for n in figures.enqueues_lost if acked_at[n] > promoted_at]
     figures.enqueues_in_doubt = len(producer.of(DOUBT))
     done, doubt = read_acks(ack_files)
     figures.completions = len(done)
