@@ -1,13 +1,11 @@
 """Helpers of the API tests: apps on the test database, plans written directly, a uvicorn
-server on a thread, ``pgenough api`` as its own process, and a TCP proxy that can cut the API
-off its database."""
+server on a thread, ``pgenough api`` as its own process, and (from tests/helpers/netproxy.py)
+a TCP proxy that can cut the API off its database."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +18,6 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import create_app
@@ -30,6 +27,8 @@ from pgenough.api.server import ApiServer, uvicorn_config
 from pgenough.core import publish
 from pgenough.plans.store import plan_uuid
 from pgenough.settings import Settings
+from tests.helpers.netproxy import Proxy as Proxy  # its old home: still importable from here
+from tests.helpers.netproxy import free_port
 from tests.helpers.procs import ROOT
 
 PROVIDER = "test"
@@ -129,12 +128,6 @@ def events(response: httpx.Response) -> list[dict[str, Any]]:
     return result
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ServerThread:
     """``app`` on a real uvicorn server (the one ``pgenough api`` runs, configured as it
     configures it), on a thread with its own event loop."""
@@ -175,68 +168,6 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(15)
-
-
-class Proxy:
-    """A TCP proxy in front of PostgreSQL that can be cut (every connection closed, new ones
-    refused) and restored: the database becomes unreachable for whoever uses ``url``."""
-
-    def __init__(self, database_url: str) -> None:
-        params = conninfo_to_dict(database_url)
-        host = str(params.get("host") or "localhost")
-        port = int(params.get("port") or 5432)
-        self._target: tuple[str, int] = (host, port)
-        self.port = free_port()
-        self.url = make_conninfo(database_url, host="127.0.0.1", port=str(self.port))
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def _open_target(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        host, port = self._target
-        if host.startswith("/"):
-            return await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
-        return await asyncio.open_connection(host, port)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await self._open_target()
-        except OSError:
-            writer.close()
-            return
-        self._writers |= {writer, up_writer}
-        try:
-            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-        finally:
-            self._writers -= {writer, up_writer}
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, "127.0.0.1", self.port, reuse_address=True
-        )
-
-    async def cut(self) -> None:
-        """Refuse new connections and drop the open ones."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Proxy]:
-        await self.start()
-        try:
-            yield self
-        finally:
-            await self.cut()
 
 
 PGENOUGH = str(Path(sys.executable).with_name("pgenough"))

@@ -10,7 +10,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api.cache import ResponseCache
 from pgenough.sim.server import SimServer
-from tests.api.helpers import Plan, Proxy, add_plans, api_settings, events, serving, state
+from tests.api.helpers import Plan, add_plans, api_settings, events, serving, state
+from tests.helpers.netproxy import Proxy
 from tests.plans.pipeline import ingest
 
 WAIT = 30.0  # seconds any awaited event gets

@@ -10,7 +10,8 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.api import ApiConfigError
-from tests.api.helpers import Plan, Proxy, add_plans, api_app, api_settings, events, serving
+from tests.api.helpers import Plan, add_plans, api_app, api_settings, events, serving
+from tests.helpers.netproxy import Proxy
 
 pytestmark = pytest.mark.db
 

@@ -18,7 +18,7 @@ from pgenough.core import Backoff, Job, Message, Periodic, Worker, WorkerConfig,
 from pgenough.core.db import open_pool
 from pgenough.core.notifier import Notifier
 from pgenough.core.service import Services
-from tests.api.helpers import Proxy
+from tests.helpers.netproxy import Proxy
 from tests.helpers.procs import wait_until
 
 pytestmark = pytest.mark.db
