@@ -83,6 +83,9 @@ CLAIM_BACKOFF = Backoff(base=0.2, cap=10.0)
 RESCAN_INTERVAL = 0.5
 """Seconds a claim loop may claim past its last claimed position before it scans the claim
 index from the start again (see ``_Executor._claim``)."""
+MAX_STUCK_BEATS = 3
+"""Heartbeats of one executor that may wait at once on connections that do not answer (see
+``_Executor._heartbeat``)."""
 
 
 @dataclass(frozen=True)
@@ -745,11 +748,53 @@ class _Executor:
             self._metrics.retried.inc()
 
     async def _heartbeat(self) -> None:
+        """Every lease / 3, extend the leases of the jobs in flight.
+
+        A beat that has no answer by the next one's time is left to fail on its own and
+        the next one starts at once, on another connection: its connection may be dead
+        without a word (a link stall on that flow, a NAT or firewall that forgot it), which
+        TCP notices only at the network timeout (``db.with_network_timeout``), and that may
+        be as long as what the lease has left after a heartbeat interval (with the
+        defaults, 20 s against 30 - 10 s): waiting for it, a healthy worker would lose the
+        claims of every job it runs. At most ``MAX_STUCK_BEATS`` wait at once (the whole
+        link is down: more would only queue up behind them).
+        """
         interval = self.config.lease / 3
-        while True:
-            await asyncio.sleep(interval)
-            if self._inflight:
-                await self._beat()
+        stuck: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                while self._inflight:
+                    beat = asyncio.create_task(self._beat(), name=f"{self.name}:heartbeat-beat")
+                    done, _ = await asyncio.wait({beat}, timeout=interval)
+                    if done:
+                        beat.result()
+                        break
+                    stuck.add(beat)
+                    beat.add_done_callback(self._stuck_beat_ended(stuck))
+                    log.warning(
+                        "%s: heartbeat has no answer after %.1fs; extending the leases on"
+                        " another connection (%d heartbeat(s) waiting on theirs)",
+                        self.name,
+                        interval,
+                        len(stuck),
+                    )
+                    if len(stuck) >= MAX_STUCK_BEATS:
+                        await asyncio.wait(stuck, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for beat in stuck:
+                beat.cancel()
+            await asyncio.gather(*stuck, return_exceptions=True)
+
+    def _stuck_beat_ended(
+        self, stuck: set[asyncio.Task[None]]
+    ) -> Callable[[asyncio.Task[None]], None]:
+        def ended(beat: asyncio.Task[None]) -> None:
+            stuck.discard(beat)
+            if not beat.cancelled() and (exc := beat.exception()) is not None:
+                log.error("%s: heartbeat failed: %r", self.name, exc)
+
+        return ended
 
     async def _beat(self) -> None:
         """Extend the leases of the jobs in flight (running, or a thread not yet returned)."""
