@@ -4,17 +4,28 @@ stalls are black holes (no packet crosses: the peers' own TCP timers decide, and
 ``PGENOUGH_NETWORK_TIMEOUT`` sets ours).
 
 - One connection dies silently under the heartbeat: the worker keeps its claims.
+- A periodic task whose connection is reset: one warning line, and it runs again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Job, MaintenanceConfig, Worker, WorkerConfig, complete, enqueue, open_pool
+from pgenough.core import (
+    Job,
+    MaintenanceConfig,
+    Periodic,
+    Worker,
+    WorkerConfig,
+    complete,
+    enqueue,
+    open_pool,
+)
 from pgenough.core.db import with_network_timeout
 from tests.helpers.netproxy import Proxy
 
@@ -91,3 +102,41 @@ async def test_a_heartbeat_stuck_on_a_dead_connection_does_not_cost_the_claims(
     assert [e.kind for e in link.events] == ["stall"]  # the heartbeat's connection was hit
     attempts = await _scalar(db, "SELECT attempts FROM effects")
     assert (runs, attempts, worker.stats.lost) == ([1], 1, 0)
+
+
+async def test_a_periodic_task_whose_connection_fails_says_so_in_one_line(
+    db: AsyncConnectionPool, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reset under a periodic duty (the rescuer's, the cleaner's, yours) is the network's
+    doing, not a bug of the task: one warning line with the reason, no traceback, and the
+    next tick runs it again."""
+    marker = b"periodic-reset-marker"
+    link = Proxy(database_url)
+    ran: list[float] = []
+    async with link.running():
+        assert link.url is not None
+        pool = await open_pool(link.url, max_size=2, name="periodic-reset")
+        runner = Periodic(pool)
+
+        async def tick() -> None:
+            async with pool.connection() as conn:
+                await conn.execute(f"SELECT '{marker.decode()}'")
+            ran.append(loop_time())
+
+        runner.every(0.2, "link.reset-tick", tick)
+        link.reset_when(marker)
+        task = asyncio.create_task(runner.run())
+        try:
+            deadline = loop_time() + 10
+            while not ran:
+                assert loop_time() < deadline, "the task did not run after the reset"
+                await asyncio.sleep(0.05)
+        finally:
+            runner.stop()
+            await task
+            await pool.close()
+    assert [e.kind for e in link.events] == ["reset"]
+    failed = [r for r in caplog.records if "link.reset-tick failed" in r.getMessage()]
+    assert len(failed) == 1, [r.getMessage() for r in caplog.records]
+    assert failed[0].levelno == logging.WARNING and failed[0].exc_info is None
+    assert "it runs again at its next tick" in failed[0].getMessage()

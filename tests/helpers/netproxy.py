@@ -25,7 +25,8 @@ This machine's kernel has no ``netem`` qdisc, so the impairments are made here, 
   cannot be black-holed: it is held instead; everything is held elsewhere than on Linux, or
   with ``blackhole=False``: TCP then stays acknowledged and no timer of the peers runs out.)
   A *link* stall (``stall_link``) stalls every open connection and each new one until it
-  ends; ``stall_when`` stalls the connection that sends a given statement.
+  ends; ``stall_when`` (``reset_when``) stalls (resets) the connection that sends a given
+  statement.
 - **resets**: a connection aborted with a TCP RST to both peers, at any moment, mid-query or
   mid-commit.
 - random stalls and resets at random moments (``Faults``): two Poisson processes on the link
@@ -515,13 +516,22 @@ class Proxy:
         aimed at one statement, e.g. a worker's heartbeat."""
         self._triggers.append([marker, seconds, times])
 
+    def reset_when(self, marker: bytes, times: int = 1) -> None:
+        """Reset the next ``times`` connection(s) whose client sends ``marker``, before
+        those bytes are forwarded."""
+        self._triggers.append([marker, None, times])
+
     def _check_triggers(self, conn: Connection, data: bytes) -> None:
         for trigger in self._triggers:
             marker, seconds, times = trigger
             if times > 0 and marker in data:
                 trigger[2] = times - 1
-                self.events.append(Event(time.monotonic(), "stall", conn.number, seconds))
-                conn.stall(seconds)
+                if seconds is None:
+                    self.events.append(Event(time.monotonic(), "reset", conn.number))
+                    conn.reset()
+                else:
+                    self.events.append(Event(time.monotonic(), "stall", conn.number, seconds))
+                    conn.stall(seconds)
         self._triggers = [t for t in self._triggers if t[2] > 0]
 
     def link_stalled(self) -> bool:

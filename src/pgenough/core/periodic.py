@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core.errors import first_line
 from pgenough.core.retry import Backoff, Reconnect
 from pgenough.core.schedule import (
     DEFAULT_GRACE,
@@ -232,6 +233,16 @@ class Periodic(Service):
             metrics.PERIODIC_RUNS.labels(task.name).inc()
             try:
                 await task.fn()
+            except psycopg.OperationalError as exc:
+                # Its connection failed under it (a reset, a dead link, a restart): the
+                # network's doing, not the task's; a traceback would say nothing more.
+                metrics.PERIODIC_ERRORS.labels(task.name).inc()
+                log.warning(
+                    "periodic task %s failed: its connection failed (%s); it runs again at"
+                    " its next tick",
+                    task.name,
+                    first_line(exc),
+                )
             except Exception:  # a service loop: log and keep the schedule
                 metrics.PERIODIC_ERRORS.labels(task.name).inc()
                 log.exception("periodic task %s failed", task.name)
