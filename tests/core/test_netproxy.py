@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,15 +20,15 @@ from tests.helpers.procs import ROOT
 pytestmark = pytest.mark.db
 
 
-async def connect(url: str, network_timeout: float = 0) -> psycopg.AsyncConnection[object]:
+async def connect(url: str, network_timeout: float = 0) -> psycopg.AsyncConnection[Any]:
     return await psycopg.AsyncConnection.connect(
         with_network_timeout(url, network_timeout), autocommit=True
     )
 
 
-async def timed(conn: psycopg.AsyncConnection[object], query: str) -> float:
+async def timed(conn: psycopg.AsyncConnection[Any], query: str) -> float:
     start = time.perf_counter()
-    await (await conn.execute(query)).fetchall()  # type: ignore[arg-type]
+    await (await conn.execute(query)).fetchall()
     return time.perf_counter() - start
 
 
@@ -55,7 +56,9 @@ async def test_latency_each_way_in_order_and_per_connection(database_url: str) -
         conns = [await connect(link.url) for _ in range(8)]
         try:
             rtt = min([await timed(conns[0], "SELECT 1") for _ in range(3)])
-            assert 2 * one_way <= rtt < 2 * one_way + 0.2
+            # (A chunk may go out a fraction of a millisecond early: the proxy corrects its
+            # loop's timers by how late they were seen to wake.)
+            assert 2 * one_way - 0.002 <= rtt < 2 * one_way + 0.2
             # A large answer in many chunks: intact (the protocol would fail on a byte out
             # of order) and streamed, not one delay per chunk.
             start = time.perf_counter()
@@ -195,7 +198,7 @@ def test_as_its_own_process(database_url: str) -> None:
             start = time.perf_counter()
             for _ in range(5):
                 conn.execute("SELECT 1")
-            assert time.perf_counter() - start >= 5 * 0.010
+            assert time.perf_counter() - start >= 5 * (0.010 - 0.002)
             proxy.stdin.write("stats\n")
             proxy.stdin.flush()
             word, counters = proxy.stdout.readline().split(" ", 1)
