@@ -1487,7 +1487,15 @@ def next_report(
             raise RuntimeError(f"{system}: no drain report within {DRAIN_TIMEOUT:.0f} s")
 
 
-def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[float, int]:
+def run_python_drain(
+    ctx: SpawnContext,
+    spec: DrainSpec,
+    workers: int,
+    on_ready: Callable[[], object] | None = None,
+) -> tuple[float, int]:
+    """``on_ready``, when given, is called once every worker waits at the barrier (connected,
+    nothing claimed yet), just before the clock starts: bench/remote.py reads its proxy's
+    counters there, so that they count the drain's traffic only."""
     barrier = ctx.Barrier(workers + 1)
     reports: MPQueue[WorkerReport] = ctx.Queue()
     procs = [
@@ -1497,6 +1505,13 @@ def run_python_drain(ctx: SpawnContext, spec: DrainSpec, workers: int) -> tuple[
     for p in procs:
         p.start()
     try:
+        if on_ready is not None:
+            deadline = time.monotonic() + BARRIER_TIMEOUT
+            while barrier.n_waiting < workers and not barrier.broken:
+                if time.monotonic() > deadline or any(p.exitcode is not None for p in procs):
+                    break  # the barrier's wait below fails, or a report says why
+                time.sleep(0.01)
+            on_ready()
         # A broken barrier means a worker failed during start-up: its report says why.
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(BARRIER_TIMEOUT)
