@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-import pytest
+from tests.helpers.requirements import skip_unless
 
 REQUIRE: Final = "PGENOUGH_REQUIRE_NETNS"
 STATE_DIR: Final = Path("/tmp/pgenough-netns")
@@ -86,12 +86,7 @@ def missing() -> str | None:
 
 
 def skip_unless_available() -> None:
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get(REQUIRE) == "1":
-        pytest.fail(f"{REQUIRE}=1 but no network namespaces can be made: {reason}")
-    pytest.skip(f"no network namespaces: {reason} (set {REQUIRE}=1 to make this a failure)")
+    skip_unless(missing(), require=REQUIRE, what="network namespaces")
 
 
 @dataclass

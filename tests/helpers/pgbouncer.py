@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Final
 
 import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.api.helpers import free_port
+from tests.helpers.requirements import skip_unless
 
 REQUIRE: Final = "PGENOUGH_REQUIRE_PGBOUNCER"
 DEFAULT_USER: Final = "postgres"
@@ -60,12 +60,7 @@ def missing() -> str | None:
 
 
 def skip_unless_available() -> None:
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get(REQUIRE) == "1":
-        pytest.fail(f"{REQUIRE}=1 but no PgBouncer can be started: {reason}")
-    pytest.skip(f"no PgBouncer: {reason} (set {REQUIRE}=1 to make this a failure)")
+    skip_unless(missing(), require=REQUIRE, what="PgBouncer")
 
 
 def _run_as(server: dict[str, str]) -> str | None:

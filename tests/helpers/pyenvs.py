@@ -16,9 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.procs import ROOT
+from tests.helpers.requirements import skip_unless
 from tests.helpers.wheel import INSTALL_TIMEOUT, built_once, check, clean_env
 
 CACHE = ROOT / ".pgenough-test" / "py312"
@@ -51,10 +50,11 @@ def django6_python() -> Path:
     """The Python of the Django 6 environment (built on first use); skips without 3.12."""
     python = python312()
     if python is None or not python.is_file():
-        reason = "no Python 3.12 for Django 6 (set PGENOUGH_PY312, or install it with pyenv)"
-        if os.environ.get("PGENOUGH_REQUIRE_PY312") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        skip_unless(
+            "set PGENOUGH_PY312, or install it with pyenv",
+            require="PGENOUGH_REQUIRE_PY312",
+            what="Python 3.12 for Django 6",
+        )
 
     def build(cache: Path) -> None:
         env = clean_env()

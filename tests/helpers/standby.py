@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import Final
 
 import psycopg
-import pytest
 
 from pgenough.api import replica
 from tests.api.helpers import free_port
+from tests.helpers.requirements import skip_unless
 
 BIN: Final = Path("/usr/lib/postgresql/15/bin")
 REQUIRE: Final = "PGENOUGH_REQUIRE_STANDBY"
@@ -78,12 +78,7 @@ def missing() -> str | None:
 
 
 def skip_unless_available() -> None:
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get(REQUIRE) == "1":
-        pytest.fail(f"{REQUIRE}=1 but no standby pair can be started: {reason}")
-    pytest.skip(f"no standby pair: {reason} (set {REQUIRE}=1 to make this a failure)")
+    skip_unless(missing(), require=REQUIRE, what="standby pair")
 
 
 def wait_for(condition: object, what: str, timeout: float = TIMEOUT) -> None:

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
+from tests.helpers.requirements import skip_unless
 
 CHROMIUM: Final = Path(os.environ.get("PGENOUGH_CHROMIUM", "/usr/bin/chromium"))
 ARGS: Final = [
@@ -37,11 +37,7 @@ def require_browser() -> None:
             import playwright.async_api  # noqa: F401
         except ImportError:
             missing = "playwright is not installed (pip install -e '.[test]')"
-    if missing is None:
-        return
-    if os.environ.get("PGENOUGH_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"browser tests required (PGENOUGH_REQUIRE_BROWSER=1) but {missing}")
-    pytest.skip(f"browser tests need Chromium: {missing}")
+    skip_unless(missing, require="PGENOUGH_REQUIRE_BROWSER", what="Chromium for the browser tests")
 
 
 @asynccontextmanager
