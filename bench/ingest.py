@@ -336,8 +336,10 @@ class Simulator:
 # --- database ---------------------------------------------------------------------------------
 
 
-def server_facts(admin_url: str) -> dict[str, str]:
-    names = ("server_version", "synchronous_commit", "fsync", "shared_buffers", "max_wal_size")
+SERVER_FACTS = ("server_version", "synchronous_commit", "fsync", "shared_buffers", "max_wal_size")
+
+
+def server_facts(admin_url: str, names: Sequence[str] = SERVER_FACTS) -> dict[str, str]:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         facts = {}
         for name in names:

@@ -108,6 +108,7 @@ QUICK_PLANS = 100_000
 RATES = (1_000, 750, 500, 250)
 TARGET_P99_MS = 50.0
 TARGET_RATIO = 1.5
+STANDBY_FACTS = ("hot_standby_feedback", "max_standby_streaming_delay")
 SAMPLE_EVERY = 0.25
 PROBE_EVERY = 8
 PROBE_QUERY = SearchQuery(
@@ -121,7 +122,12 @@ DURABLE = "fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n"
 
 
 class DurablePair(StandbyPair):
-    """The test suite's primary and standby, with PostgreSQL's durable defaults."""
+    """The test suite's primary and standby, with PostgreSQL's durable defaults
+    (``standby_conf``: more lines for the standby's postgresql.conf)."""
+
+    def __init__(self, standby_conf: str = "") -> None:
+        super().__init__()
+        self.standby_conf = standby_conf
 
     def start(self) -> None:
         super().start()
@@ -130,6 +136,8 @@ class DurablePair(StandbyPair):
         for data in (self.primary_dir, self.standby_dir):
             with (data / "postgresql.conf").open("a") as conf:
                 conf.write(DURABLE)
+                if data == self.standby_dir:
+                    conf.write(self.standby_conf)
         self._start(self.primary_dir, self.primary_port)
         self.start_standby()
 
@@ -418,6 +426,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--plans", type=int, default=None, help="plans to load (default 1M)")
     parser.add_argument("--duration", type=int, default=None, help="seconds per baseline (10)")
     parser.add_argument("--quick", action="store_true", help="100k plans, 3 s baselines")
+    parser.add_argument(
+        "--max-replica-lag",
+        type=float,
+        default=None,
+        help="PGENOUGH_API_MAX_REPLICA_LAG of the isolated API (default: the product's, 5 s)",
+    )
+    parser.add_argument(
+        "--hot-standby-feedback",
+        action="store_true",
+        help="hot_standby_feedback = on on the standby (default: off, PostgreSQL's)",
+    )
+    parser.add_argument(
+        "--isolated-only",
+        action="store_true",
+        help="the isolated placement only (no WAL-cost and shared steps)",
+    )
     args = parser.parse_args(argv)
     if args.plans is None:
         args.plans = QUICK_PLANS if args.quick else DEFAULT_PLANS
@@ -444,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f" from {BIN}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
     )
-    pair = DurablePair()
+    pair = DurablePair("hot_standby_feedback = on\n" if args.hot_standby_feedback else "")
     api: Api | None = None
     with tempfile.TemporaryDirectory(prefix="pgenough-bench-replica-", dir="/tmp") as tmp_name:
         tmp = Path(tmp_name)
@@ -453,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             primary, standby = pair.primary_url, pair.standby_url
             facts = server_facts(primary)
             print("primary: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+            standby_facts = server_facts(standby, STANDBY_FACTS)
+            print("standby: " + ", ".join(f"{k}={v}" for k, v in standby_facts.items()))
             print(f"plans {args.plans:,}; {args.duration} s per baseline", flush=True)
             asyncio.run(migrate_database(primary))
             load(primary, args.plans, tmp)
@@ -462,7 +488,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             pin_tree(pair.postmaster(pair.primary_dir), primary_cpus)
             pin_tree(pair.postmaster(pair.standby_dir), replica_cpus)
             api_log = (tmp / "api.log").open("ab")
-            api = Api(primary, api_log, tmp, env={"PGENOUGH_API_READ_URL": standby})
+            api_env = {"PGENOUGH_API_READ_URL": standby}
+            if args.max_replica_lag is not None:
+                api_env["PGENOUGH_API_MAX_REPLICA_LAG"] = f"{args.max_replica_lag:g}"
+            api = Api(primary, api_log, tmp, env=api_env)
             print(f"\nisolated: api {api.base} reading the standby\n", flush=True)
             alone_iso, alone_samples = sustained_rate(api, pair, isolated, args.duration, tmp)
             print(f"  replica through it: {alone_samples.summary()}", flush=True)
@@ -494,6 +523,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 isolated_cells[rate] = (alone, cell, lag)
             api.stop()
             api = None
+            if args.isolated_only:
+                for rate in rates:
+                    alone, cell, lag = isolated_cells[rate]
+                    print(f"\nsummary at {rate}/s:")
+                    judge("isolated (replica)", alone, cell)
+                    print(f"  replica over the isolated ingestion: {lag.summary()}")
+                return
 
             print("\nthe WAL streaming cost (no searches; ingestion on CPU 0):", flush=True)
             vacuum_plans(primary)

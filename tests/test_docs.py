@@ -43,7 +43,11 @@ def test_example_runs(code: str, worker_env: dict[str, str], tmp_path: Path, db:
 
 # -- docs/operations.md and docs/architecture.md: names that must exist in the code ----------
 
-OPERATOR_DOCS = [ROOT / "docs" / "operations.md", ROOT / "docs" / "architecture.md"]
+OPERATOR_DOCS = [
+    ROOT / "docs" / "operations.md",
+    ROOT / "docs" / "architecture.md",
+    ROOT / "docs" / "scaling.md",
+]
 
 
 @pytest.mark.parametrize("path", OPERATOR_DOCS, ids=lambda p: p.name)
@@ -80,7 +84,8 @@ def test_operations_lists_every_setting_with_its_default() -> None:
 @pytest.mark.parametrize("path", OPERATOR_DOCS, ids=lambda p: p.name)
 def test_every_command_named_exists(path: Path) -> None:
     invocations = pgenough_invocations(path.read_text("utf-8"))
-    assert len(invocations) >= 5
+    # scaling.md names settings more than commands: its commands are each mode's own.
+    assert len(invocations) >= (3 if path.name == "scaling.md" else 5)
     problems = [p for argv in invocations if (p := command_problem(argv))]
     assert not problems, problems
 
