@@ -1652,51 +1652,60 @@ async def single_enqueuer(
             yield one
 
 
-async def _latency_client(
-    urls: dict[LatencySystem, str],
+Enqueue: TypeAlias = Callable[[int], Awaitable[object]]
+K = TypeVar("K", bound=str)
+Timings: TypeAlias = tuple[list[float], list[float]]
+"""Seconds from just before each enqueue call to its handler's first line, and the seconds the
+call itself took, same jobs."""
+LatencyWorker: TypeAlias = tuple[Callable[..., None], tuple[Any, ...]]
+"""An idle worker process's target and its first arguments (ready, stop and the starts queue
+follow)."""
+
+
+async def time_starts(
+    enqueuers: Callable[[K], contextlib.AbstractAsyncContextManager[Enqueue]],
+    systems: Sequence[K],
     samples: int,
-    starts: dict[LatencySystem, MPQueue[tuple[int, float]]],
-) -> dict[LatencySystem, LatencyResult]:
+    starts: dict[K, MPQueue[tuple[int, float]]],
+) -> dict[K, Timings]:
     """Enqueue single jobs for every system in turn (a shuffled order each round, so that
     every system sees the same machine), timing each until its handler starts."""
     rng = random.Random(1)
-    results = {system: LatencyResult(system, [], []) for system in urls}
+    results: dict[K, Timings] = {system: ([], []) for system in systems}
     async with contextlib.AsyncExitStack() as stack:
-        enqueuers = {
-            system: await stack.enter_async_context(single_enqueuer(system, url))
-            for system, url in urls.items()
+        enqueue_of = {
+            system: await stack.enter_async_context(enqueuers(system)) for system in systems
         }
-        order = list(urls)
+        order = list(systems)
         for n in range(LATENCY_WARMUP + samples):
             rng.shuffle(order)
             for system in order:
                 await asyncio.sleep(rng.uniform(*LATENCY_PAUSE))
                 t0 = time.time()
-                await enqueuers[system](n)
+                await enqueue_of[system](n)
                 t1 = time.time()
                 got, started = await asyncio.to_thread(starts[system].get, True, 30)
                 if got != n:
                     raise RuntimeError(f"{system}: expected job {n} to start, got {got}")
                 if n >= LATENCY_WARMUP:
-                    results[system].samples.append(started - t0)
-                    results[system].enqueue_samples.append(t1 - t0)
+                    results[system][0].append(started - t0)
+                    results[system][1].append(t1 - t0)
     return results
 
 
-def measure_latency(
-    ctx: SpawnContext, urls: dict[LatencySystem, str], samples: int
-) -> dict[LatencySystem, LatencyResult]:
-    """One idle worker process per system, all at once; see ``_latency_client``."""
+def run_latency(
+    ctx: SpawnContext,
+    workers: dict[K, LatencyWorker],
+    enqueuers: Callable[[K], contextlib.AbstractAsyncContextManager[Enqueue]],
+    samples: int,
+) -> dict[K, Timings]:
+    """One idle worker process per system, all at once, then ``time_starts``."""
     stop = ctx.Event()
-    ready = {system: ctx.Event() for system in urls}
-    starts: dict[LatencySystem, MPQueue[tuple[int, float]]] = {s: ctx.Queue() for s in urls}
+    ready = {system: ctx.Event() for system in workers}
+    starts: dict[K, MPQueue[tuple[int, float]]] = {s: ctx.Queue() for s in workers}
     procs = [
-        ctx.Process(
-            target=_latency_worker_main,
-            args=(system, url, ready[system], stop, starts[system]),
-            daemon=True,
-        )
-        for system, url in urls.items()
+        ctx.Process(target=target, args=(*args, ready[system], stop, starts[system]), daemon=True)
+        for system, (target, args) in workers.items()
     ]
     for p in procs:
         p.start()
@@ -1704,7 +1713,7 @@ def measure_latency(
         for system, event in ready.items():
             if not event.wait(BARRIER_TIMEOUT):
                 raise RuntimeError(f"{system}: latency worker did not start")
-        return asyncio.run(_latency_client(urls, samples, starts))
+        return asyncio.run(time_starts(enqueuers, list(workers), samples, starts))
     finally:
         stop.set()
         for p in procs:
@@ -1712,6 +1721,19 @@ def measure_latency(
             if p.is_alive():
                 p.terminate()
                 p.join(5)
+
+
+def measure_latency(
+    ctx: SpawnContext, urls: dict[LatencySystem, str], samples: int
+) -> dict[LatencySystem, LatencyResult]:
+    """One idle worker process per system (``_latency_worker_main``), ``run_latency``."""
+    timings = run_latency(
+        ctx,
+        {system: (_latency_worker_main, (system, url)) for system, url in urls.items()},
+        lambda system: single_enqueuer(system, urls[system]),
+        samples,
+    )
+    return {system: LatencyResult(system, *timed) for system, timed in timings.items()}
 
 
 # -- the plan --------------------------------------------------------------------------------------

@@ -68,7 +68,6 @@ plus about 40 s of latency and a few re-sized drains at 0 ms.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import importlib.util
@@ -76,13 +75,12 @@ import json
 import multiprocessing
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext
 from multiprocessing.queues import Queue as MPQueue
@@ -92,11 +90,8 @@ from typing import Any
 
 import psycopg
 from bench.queue import (
-    BARRIER_TIMEOUT,
     DEFAULT_DATA_DIR,
     KIND,
-    LATENCY_PAUSE,
-    LATENCY_WARMUP,
     MAX_JOBS,
     OURS_POOL_SIZE,
     QUEUE,
@@ -104,6 +99,8 @@ from bench.queue import (
     SIZE_MARGIN,
     SYSTEMS,
     DrainSpec,
+    Enqueue,
+    LatencyWorker,
     Server,
     System,
     _latency_worker_main,
@@ -116,6 +113,7 @@ from bench.queue import (
     prepare_drain,
     raw_connect,
     raw_take,
+    run_latency,
     run_python_drain,
     single_enqueuer,
     table,
@@ -507,65 +505,23 @@ async def raw_enqueuer(url: str) -> Any:
         yield one
 
 
-async def _latency_client(
-    urls: dict[LatencyKind, str],
-    samples: int,
-    starts: dict[LatencyKind, MPQueue[tuple[int, float]]],
-    rtt: float,
-) -> dict[LatencyKind, Latency]:
-    """One job at a time per system, a shuffled order each round (as bench/queue.py's)."""
-    rng = random.Random(1)
-    results = {k: Latency(rtt, k, [], []) for k in urls}
-    async with contextlib.AsyncExitStack() as stack:
-        enqueuers: dict[LatencyKind, Callable[[int], Awaitable[object]]] = {}
-        for kind, url in urls.items():
-            factory = single_enqueuer("ours", url) if kind == "ours" else raw_enqueuer(url)
-            enqueuers[kind] = await stack.enter_async_context(factory)
-        order = list(urls)
-        for n in range(LATENCY_WARMUP + samples):
-            rng.shuffle(order)
-            for kind in order:
-                await asyncio.sleep(rng.uniform(*LATENCY_PAUSE))
-                t0 = time.time()
-                await enqueuers[kind](n)
-                t1 = time.time()
-                got, started = await asyncio.to_thread(starts[kind].get, True, 30)
-                if got != n:
-                    raise RuntimeError(f"{kind}: expected job {n} to start, got {got}")
-                if n >= LATENCY_WARMUP:
-                    results[kind].samples.append(started - t0)
-                    results[kind].enqueue_samples.append(t1 - t0)
-    return results
-
-
 def measure_latency(
     ctx: SpawnContext, urls: dict[LatencyKind, str], samples: int, rtt: float
 ) -> dict[LatencyKind, Latency]:
-    stop = ctx.Event()
-    ready = {k: ctx.Event() for k in urls}
-    starts: dict[LatencyKind, MPQueue[tuple[int, float]]] = {k: ctx.Queue() for k in urls}
-    procs = []
-    for kind, url in urls.items():
-        if kind == "ours":
-            args: tuple[Any, ...] = ("ours", url, ready[kind], stop, starts[kind])
-            target: Callable[..., None] = _latency_worker_main
-        else:
-            args, target = (url, ready[kind], stop, starts[kind]), _raw_latency_worker_main
-        procs.append(ctx.Process(target=target, args=args, daemon=True))
-    for p in procs:
-        p.start()
-    try:
-        for kind, event in ready.items():
-            if not event.wait(BARRIER_TIMEOUT):
-                raise RuntimeError(f"{kind}: latency worker did not start")
-        return asyncio.run(_latency_client(urls, samples, starts, rtt))
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
+    """bench/queue.py's ``run_latency``: ours by its latency worker, raw by its loop."""
+    workers: dict[LatencyKind, LatencyWorker] = {
+        kind: (_latency_worker_main, ("ours", url))
+        if kind == "ours"
+        else (_raw_latency_worker_main, (url,))
+        for kind, url in urls.items()
+    }
+
+    def enqueuers(kind: LatencyKind) -> contextlib.AbstractAsyncContextManager[Enqueue]:
+        url = urls[kind]
+        return single_enqueuer("ours", url) if kind == "ours" else raw_enqueuer(url)
+
+    timings = run_latency(ctx, workers, enqueuers, samples)
+    return {kind: Latency(rtt, kind, *timed) for kind, timed in timings.items()}
 
 
 # -- reporting -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -95,27 +95,29 @@ VALUES (%(provider)s, %(base)s, %(plan)s, pgenough.plan_uuid(%(provider)s, %(bas
 """
 
 
+def insert_params(plans: Iterable[Plan]) -> list[dict[str, Any]]:
+    """``INSERT``'s parameters for each of ``plans``."""
+    return [
+        {
+            "provider": PROVIDER,
+            "base": p.base_plan_id,
+            "plan": p.plan_id,
+            "title": p.title,
+            "starts": p.starts_at,
+            "ends": p.ends_at,
+            "min": None if p.min_price is None else Decimal(p.min_price),
+            "max": None if p.max_price is None else Decimal(p.max_price),
+            "online": p.ever_online,
+        }
+        for p in plans
+    ]
+
+
 async def add_plans(pool: AsyncConnectionPool, *plans: Plan, notify: bool = False) -> None:
     """Write plans as a process worker would (optionally announcing them on plans_changed)."""
     async with pool.connection() as conn, conn.transaction():
         async with conn.cursor() as cur:
-            await cur.executemany(
-                INSERT,
-                [
-                    {
-                        "provider": PROVIDER,
-                        "base": p.base_plan_id,
-                        "plan": p.plan_id,
-                        "title": p.title,
-                        "starts": p.starts_at,
-                        "ends": p.ends_at,
-                        "min": None if p.min_price is None else Decimal(p.min_price),
-                        "max": None if p.max_price is None else Decimal(p.max_price),
-                        "online": p.ever_online,
-                    }
-                    for p in plans
-                ],
-            )
+            await cur.executemany(INSERT, insert_params(plans))
         if notify:
             await publish(conn, "plans_changed", '{"test": true}')
 

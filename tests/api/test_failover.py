@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -32,7 +31,7 @@ from pgenough.api import MIGRATIONS
 from pgenough.api.replica import label_of
 from pgenough.core import migrate, publish
 from pgenough.core.db import redact, with_database, with_network_timeout, with_statement_timeout
-from tests.api.helpers import INSERT, PROVIDER, Plan, free_port
+from tests.api.helpers import INSERT, Plan, free_port, insert_params
 from tests.helpers.failover import project_env
 from tests.helpers.procs import Proc, wait_for
 from tests.helpers.standby import standby_pair
@@ -61,23 +60,7 @@ class Answer:
 def add(url: str, *plans: Plan, notify: bool = False) -> None:
     with psycopg.connect(url) as conn:
         with conn.cursor() as cur:
-            cur.executemany(
-                INSERT,
-                [
-                    {
-                        "provider": PROVIDER,
-                        "base": p.base_plan_id,
-                        "plan": p.plan_id,
-                        "title": p.title,
-                        "starts": p.starts_at,
-                        "ends": p.ends_at,
-                        "min": Decimal(str(p.min_price)),
-                        "max": Decimal(str(p.max_price)),
-                        "online": p.ever_online,
-                    }
-                    for p in plans
-                ],
-            )
+            cur.executemany(INSERT, insert_params(plans))
         if notify:
             publish(conn, "plans_changed", '{"test": true}')
         conn.commit()
