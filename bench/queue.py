@@ -477,13 +477,13 @@ class DrainResult:
 
 
 @dataclass
-class LatencyResult:
-    system: LatencySystem
+class Timed:
+    """Add-to-start latency samples (``run_latency``) and their figures."""
+
     samples: list[float]
     """Seconds from just before the enqueue call to the handler's first line."""
     enqueue_samples: list[float]
     """Seconds the enqueue call itself took (statement and commit), same jobs."""
-    busy_before: float | None = None
 
     @property
     def p50(self) -> float:
@@ -496,6 +496,12 @@ class LatencyResult:
     @property
     def enqueue_p50(self) -> float:
         return statistics.median(self.enqueue_samples)
+
+
+@dataclass
+class LatencyResult(Timed):
+    system: LatencySystem = "ours"
+    busy_before: float | None = None
 
     @property
     def after_enqueue_p50(self) -> float:
@@ -1733,7 +1739,7 @@ def measure_latency(
         lambda system: single_enqueuer(system, urls[system]),
         samples,
     )
-    return {system: LatencyResult(system, *timed) for system, timed in timings.items()}
+    return {system: LatencyResult(*timed, system=system) for system, timed in timings.items()}
 
 
 # -- the plan --------------------------------------------------------------------------------------

@@ -103,6 +103,7 @@ from bench.queue import (
     LatencyWorker,
     Server,
     System,
+    Timed,
     _latency_worker_main,
     connection_budget,
     fmt_busy,
@@ -288,23 +289,9 @@ class Cell:
 
 
 @dataclass
-class Latency:
-    rtt_ms: float
-    kind: LatencyKind
-    samples: list[float]
-    enqueue_samples: list[float]
-
-    @property
-    def p50(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def p99(self) -> float:
-        return percentile_99(self.samples)
-
-    @property
-    def enqueue_p50(self) -> float:
-        return statistics.median(self.enqueue_samples)
+class Latency(Timed):
+    rtt_ms: float = 0.0
+    kind: LatencyKind = "ours"
 
 
 @dataclass(frozen=True)
@@ -521,7 +508,7 @@ def measure_latency(
         return single_enqueuer("ours", url) if kind == "ours" else raw_enqueuer(url)
 
     timings = run_latency(ctx, workers, enqueuers, samples)
-    return {kind: Latency(rtt, kind, *timed) for kind, timed in timings.items()}
+    return {kind: Latency(*timed, rtt_ms=rtt, kind=kind) for kind, timed in timings.items()}
 
 
 # -- reporting -----------------------------------------------------------------------------------
