@@ -119,3 +119,19 @@ def test_only_runs_sql_has_statements_on_the_runs_table() -> None:
         if re.search(r"\bpgenough\.runs\b", path.read_text("utf-8"))
     }
     assert touching == {"plans/sql/runs.sql"}
+
+
+async def test_a_run_is_failed_only_by_the_fetch_that_opened_it(db: AsyncConnectionPool) -> None:
+    """After a failover with asynchronous replication the new primary may hand a lost run's
+    id to another fetch's run: the lost fetch, failing its run on a fresh connection, must
+    not fail that one (nor drop its staging)."""
+    failure = {"reason": "cut off", "bytes": 0, "staged": 0, "skipped": 0, "samples": "[]"}
+    async with db.connection() as conn:
+        run_id = await runs.open_run(conn, provider="p", url="http://p", owner="fetch-new")
+        assert not await runs.fail_run(conn, run_id, provider="p", owner="fetch-old", **failure)
+        assert not await runs.fail_run(conn, run_id, provider="q", owner="fetch-new", **failure)
+        run = await runs.get_run(conn, run_id)
+        assert run is not None and run.status == RunStatus.RUNNING
+        assert await runs.fail_run(conn, run_id, provider="p", owner="fetch-new", **failure)
+        run = await runs.get_run(conn, run_id)
+        assert run is not None and (run.status, run.reason) == (RunStatus.FAILED, "cut off")

@@ -433,15 +433,20 @@ class _Fetch:
     async def _record_failure(self, conn: psycopg.AsyncConnection[Any], reason: str) -> None:
         assert self.run_id is not None
         async with conn.transaction():
-            await runs.fail_run(
+            if not await runs.fail_run(
                 conn,
                 self.run_id,
+                provider=self.provider.name,
+                owner=self.owner,
                 reason=reason,
                 bytes=self.progress.bytes,
                 staged=self.progress.staged,
                 skipped=self.parser.skipped,
                 samples=_samples(self.parser),
-            )
+            ):
+                # Already failed by the reaper or the next fetch (they dropped its staging),
+                # or, after a failover, the id of another fetch's run: not ours to touch.
+                return
             await store.drop_staging(conn, self.run_id)
             await run_changed(conn, self.run_id, self.provider.name, RunStatus.FAILED)
 

@@ -251,17 +251,23 @@ async def fail_run(
     conn: AsyncConn,
     run_id: int,
     *,
+    provider: str,
+    owner: str,
     reason: str,
     bytes: int,
     staged: int,
     skipped: int,
     samples: str,
-) -> None:
-    """RUNNING → FAILED with ``reason`` and what the run had done."""
-    await conn.execute(
+) -> bool:
+    """RUNNING → FAILED with ``reason`` and what the run had done; False when no RUNNING run
+    of ``provider`` opened by ``owner`` has that id (someone else failed it, or after a
+    failover the id is another run's)."""
+    cur = await conn.execute(
         STATEMENTS["fail_run"],
         {
             "id": run_id,
+            "provider": provider,
+            "owner": owner,
             "reason": reason,
             "bytes": bytes,
             "staged": staged,
@@ -270,6 +276,7 @@ async def fail_run(
         },
         prepare=PLAN_EACH_TIME,
     )
+    return await cur.fetchone() is not None
 
 
 async def fail_staged_run(conn: AsyncConn, run_id: int, *, reason: str) -> bool:

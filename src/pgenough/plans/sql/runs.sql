@@ -67,12 +67,14 @@ WHERE id = %(id)s AND status = 'RUNNING'
 RETURNING id
 
 -- name: fail_run
--- The run failed; its staged rows are dropped in the same transaction.
+-- The run failed; its staged rows are dropped in the same transaction. Matched on its owner
+-- and provider too: after a failover with asynchronous replication the new primary may have
+-- handed the id of a run it never received to another fetch's run.
 UPDATE pgenough.runs
 SET status = 'FAILED', failed_at = clock_timestamp(), reason = %(reason)s,
     bytes = %(bytes)s, plans_staged = %(staged)s, plans_skipped = %(skipped)s,
     skip_samples = %(samples)s::jsonb
-WHERE id = %(id)s AND status = 'RUNNING'
+WHERE id = %(id)s AND status = 'RUNNING' AND provider = %(provider)s AND owner = %(owner)s
 RETURNING id
 
 -- name: fail_staged_run
