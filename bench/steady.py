@@ -111,7 +111,6 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.context import SpawnContext
@@ -150,9 +149,7 @@ from pgenough.core import (
     WorkerConfig,
     enqueue_many,
     open_pool,
-    start_embedded,
 )
-from pgenough.core.db import with_database
 from pgenough.core.maintenance import DEFAULT_VACUUM_INTERVAL
 
 T = TypeVar("T")
@@ -1066,13 +1063,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     systems = [s for s in SYSTEMS if s in args.systems.split(",")]
     began = time.time()
 
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        server = Server(with_database(url, "postgres"), "DATABASE_URL")
-    else:
-        warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-        embedded = start_embedded(args.data_dir, database="postgres")
-        server = Server(embedded.admin_url, f"embedded ({embedded.pgdata})")
+    server = Server.under_test(args.data_dir)
     print(f"server: {server.description}")
     print(
         f"machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"

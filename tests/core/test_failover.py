@@ -17,7 +17,6 @@ The servers are the test's own (``tests/helpers/standby.py``): not ``db`` tests.
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
 import threading
 import time
@@ -33,13 +32,12 @@ from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
 from pgenough.core.queue import claim, complete_many, fail_job
 from tests.helpers import failoverapp
 from tests.helpers.failover import Producer, measure, project_env, read_acks
-from tests.helpers.procs import Proc, wait_for
+from tests.helpers.procs import WORKER_STARTED, Proc, wait_for
 from tests.helpers.standby import StandbyPair, standby_pair
 
 pytestmark = [pytest.mark.slow]
 
 SPEC = "tests.helpers.failoverapp:app"
-NAME = re.compile(r"(worker-[0-9a-f]{12}): \d+ task\(s\); queues")
 WORKERS = 2
 RATE = 100.0
 """Enqueues a second."""
@@ -83,7 +81,7 @@ def start_workers(env: dict[str, str], tmp_path: Path) -> tuple[list[Proc], list
         )
         procs.append(proc)
     for proc in procs:
-        proc.expect(lambda line: bool(NAME.search(line)), timeout=60)
+        proc.expect(lambda line: bool(WORKER_STARTED.search(line)), timeout=60)
     return procs, files
 
 

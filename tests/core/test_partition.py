@@ -33,13 +33,12 @@ import pytest
 from pgenough.core.executor import RESCAN_INTERVAL
 from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
 from tests.helpers import partitionapp
-from tests.helpers.multihost import Hosts, hosts
-from tests.helpers.procs import Proc, wait_for
+from tests.helpers.multihost import Hosts, cleaned_up, hosts
+from tests.helpers.procs import WORKER_STARTED, Proc, wait_for
 
 pytestmark = [pytest.mark.slow]
 
 SPEC = "tests.helpers.partitionapp:app"
-NAME = re.compile(r"(worker-[0-9a-f]{12}): \d+ task\(s\); queues")
 LEASE = 3.0
 NETWORK_TIMEOUT = 5.0
 """The cut-off worker's PGENOUGH_NETWORK_TIMEOUT when the partition is to outlast it."""
@@ -61,15 +60,8 @@ def cluster() -> Iterator[Hosts]:
 
 @pytest.fixture
 def procs(cluster: Hosts) -> Iterator[list[Proc]]:
-    """Processes a test starts: killed, and every link healed, however the test ends."""
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.kill()
-    for links in cluster.links.values():
-        for link in links:
-            if not link.up:
-                cluster.net.heal(link)
+    with cleaned_up(cluster) as started:
+        yield started
 
 
 @pytest.fixture
@@ -99,7 +91,7 @@ def start_worker(
     """``pgenough worker run`` on ``host``, once started: (process, worker name)."""
     proc = cluster.pgenough(host, env, "worker", "run", SPEC, *args)
     procs.append(proc)
-    match = NAME.search(proc.expect(lambda s: bool(NAME.search(s)), timeout=60))
+    match = WORKER_STARTED.search(proc.expect(lambda s: bool(WORKER_STARTED.search(s)), timeout=60))
     assert match is not None
     return proc, match.group(1)
 

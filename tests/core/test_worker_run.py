@@ -20,13 +20,12 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import get_job, list_jobs
 from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
 from tests.helpers import taskapp
-from tests.helpers.procs import ROOT, Proc, wait_until
+from tests.helpers.procs import ROOT, WORKER_STARTED, Proc, wait_until
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 PGENOUGH = str(Path(sys.executable).with_name("pgenough"))
 SPEC = "tests.helpers.taskapp:app"
-NAME = re.compile(r"(worker-[0-9a-f]{12}): \d+ task\(s\); queues")
 METRICS = re.compile(r"metrics at (http://\S+/metrics)")
 
 
@@ -56,11 +55,13 @@ def start(env: dict[str, str], *args: str) -> tuple[Proc, str, str | None]:
     proc = Proc.pgenough(env, "worker", "run", SPEC, *args)
     url: str | None = None
     while True:
-        line = proc.expect(lambda s: bool(NAME.search(s) or METRICS.search(s)), timeout=60)
+        line = proc.expect(
+            lambda s: bool(WORKER_STARTED.search(s) or METRICS.search(s)), timeout=60
+        )
         if m := METRICS.search(line):
             url = m.group(1)
             continue
-        m = NAME.search(line)
+        m = WORKER_STARTED.search(line)
         assert m is not None
         return proc, m.group(1), url
 

@@ -108,3 +108,19 @@ def hosts(links: dict[str, int] | None = None) -> Iterator[Hosts]:
         addresses: Sequence[str] = [link.a_addr for ls in made.values() for link in ls]
         with standby.standby_pair(standbys=0, listen=addresses, netns=db.ns) as server:
             yield Hosts(net, server, db, workers, made)
+
+
+@contextlib.contextmanager
+def cleaned_up(cluster: Hosts) -> Iterator[list[Proc]]:
+    """The processes a test starts on ``cluster``: killed, and every link healed, however the
+    test ends."""
+    started: list[Proc] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            proc.kill()
+        for links in cluster.links.values():
+            for link in links:
+                if not link.up:
+                    cluster.net.heal(link)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +25,7 @@ from typing import Any, Final
 import psycopg
 
 from pgenough.core import App, TaskContext, complete
+from tests.helpers.procs import wait_for_file
 
 log = logging.getLogger("partitionapp")
 
@@ -55,16 +55,6 @@ async def _hold(what: str) -> None:
     log.info("holding %s inside its transaction", what)
     await asyncio.to_thread(wait_for_file, release, HOLD_LIMIT)
     log.info("released %s", what)
-
-
-def wait_for_file(path: Path, limit: float) -> bool:
-    """Whether ``path`` exists within ``limit`` seconds (a blocking wait, for a thread)."""
-    deadline = time.monotonic() + limit
-    while not path.exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import psycopg
 
 from pgenough.core import open_pool
 from pgenough.core.errors import first_line
+from tests.helpers.procs import wait_for_file
 
 
 def say(*parts: object) -> None:
@@ -43,16 +43,6 @@ async def main(size: int, go: Path) -> None:
         except psycopg.Error as exc:
             say("failed", first_line(exc))
     await pool.close()
-
-
-def wait_for_file(path: Path, limit: float) -> bool:
-    """Whether ``path`` exists within ``limit`` seconds (a blocking wait, for a thread)."""
-    deadline = time.monotonic() + limit
-    while not path.exists():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -84,6 +85,20 @@ class Proc:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(10)
+
+
+WORKER_STARTED = re.compile(r"(worker-[0-9a-f]{12}): \d+ task\(s\); queues")
+"""The line ``pgenough worker run`` logs once it serves; group 1 is the worker's name."""
+
+
+def wait_for_file(path: Path, limit: float) -> bool:
+    """Whether ``path`` exists within ``limit`` seconds (a blocking wait, for a thread)."""
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:

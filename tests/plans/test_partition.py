@@ -24,7 +24,7 @@ import pytest
 
 from pgenough.core.locks import lock_key
 from pgenough.plans.fetch import lock_name
-from tests.helpers.multihost import Hosts, hosts
+from tests.helpers.multihost import Hosts, cleaned_up, hosts
 from tests.helpers.procs import Proc, wait_for
 
 pytestmark = [pytest.mark.slow]
@@ -49,13 +49,8 @@ def cluster() -> Iterator[Hosts]:
 
 @pytest.fixture
 def procs(cluster: Hosts) -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.kill()
-    for link in cluster.links["w1"]:
-        if not link.up:
-            cluster.net.heal(link)
+    with cleaned_up(cluster) as started:
+        yield started
 
 
 def query(cluster: Hosts, dbname: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
