@@ -257,11 +257,7 @@ def complete(job: Job) -> Steps[None]:
     exactly once. Raises ``LeaseLost`` (roll back!) when the job is no longer this claim -
     its lease expired and it was reclaimed, or an operator cancelled it.
     """
-    result = yield Query(
-        _Q["complete"],
-        {"id": job.id, "attempts": job.attempts, "created_at": job.created_at},
-        prepare=PLAN_EACH_TIME,
-    )
+    result = yield Query(_Q["complete"], claim_of(job), prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise LeaseLost(job.id)
 
@@ -271,15 +267,7 @@ def complete_many(jobs: Sequence[Job]) -> Steps[set[int]]:
     """Complete ``jobs`` in the transaction open on ``conn``, in one statement; return the
     ids of those that were still this claim. Fewer ids than jobs means some were reclaimed
     or cancelled meanwhile: roll back, or their effects would commit twice."""
-    result = yield Query(
-        _Q["complete_many"],
-        {
-            "ids": int_array(j.id for j in jobs),
-            "attempts": int_array(j.attempts for j in jobs),
-            "created": timestamp_array(j.created_at for j in jobs),
-        },
-        prepare=PLAN_EACH_TIME,
-    )
+    result = yield Query(_Q["complete_many"], claims_of(jobs), prepare=PLAN_EACH_TIME)
     return {row[0] for row in result.rows}
 
 
@@ -421,9 +409,7 @@ async def claim(
     On a connection that prepares, the session must be held (``hold_for_claims``); on one
     that does not, the planner setting is made for this transaction only."""
     params: dict[str, Any] = {
-        "done_ids": int_array(j.id for j in done),
-        "done_attempts": int_array(j.attempts for j in done),
-        "done_created": timestamp_array(j.created_at for j in done),
+        **claims_of(done, prefix="done_"),
         "queue": queue,
         "limit": limit,
         "lease": lease,
@@ -452,14 +438,7 @@ def fail_job(job: Job, error: str, delay: float, *, give_up: bool) -> Steps[str 
     its attempts are spent or ``give_up``. Returns the job's new state, None when the job
     was no longer this claim. (A worker's executor, and test mode on the caller's
     connection, record failures with it.)"""
-    params = {
-        "id": job.id,
-        "attempts": job.attempts,
-        "created_at": job.created_at,
-        "error": error,
-        "delay": delay,
-        "give_up": give_up,
-    }
+    params = {**claim_of(job), "error": error, "delay": delay, "give_up": give_up}
     result = yield Query(_Q["fail"], params, prepare=PLAN_EACH_TIME)
     return None if not result.rows else str(result.rows[0][0])
 
@@ -477,14 +456,7 @@ async def defer_unhandled(
     """Hand back a claimed ``job`` whose kind this worker has no handler for: ready after
     ``delay`` seconds without its attempt counted, or dead once it was enqueued ``grace``
     seconds ago. Its new state; None when it was no longer this claim."""
-    params = {
-        "id": job.id,
-        "attempts": job.attempts,
-        "created_at": job.created_at,
-        "error": error,
-        "delay": delay,
-        "grace": grace,
-    }
+    params = {**claim_of(job), "error": error, "delay": delay, "grace": grace}
     cur = await conn.execute(_Q["defer_unhandled"], params, prepare=PLAN_EACH_TIME)
     row = await cur.fetchone()
     return None if row is None else str(row[0])
@@ -608,6 +580,22 @@ def int_array(ids: Iterable[int]) -> str:
     hundred ids each at batch 100; docs/benchmarks.md, "Issue 13 §2: the worker's client
     cost")."""
     return "{" + ",".join(map(str, ids)) + "}"
+
+
+def claim_of(job: Job) -> dict[str, Any]:
+    """The parameters that name this claim of ``job``: its id, its attempt and its enqueue
+    time (``Job.created_at`` says why), for the statements that finish or hand back a claim."""
+    return {"id": job.id, "attempts": job.attempts, "created_at": job.created_at}
+
+
+def claims_of(jobs: Sequence[Job], prefix: str = "") -> dict[str, str]:
+    """``claim_of`` for many jobs at once: three arrays (``ids``, ``attempts``, ``created``,
+    each name after ``prefix``) for the statements that unnest them."""
+    return {
+        f"{prefix}ids": int_array(j.id for j in jobs),
+        f"{prefix}attempts": int_array(j.attempts for j in jobs),
+        f"{prefix}created": timestamp_array(j.created_at for j in jobs),
+    }
 
 
 def timestamp_array(values: Iterable[datetime]) -> str:
