@@ -2,9 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Two installs, one stamp each: `make run` needs the plan service only, `make test` the test
-# tools too. The test install holds the service's, so it stamps both: `make run` after
-# `make test` installs nothing, and `make test` after `make run` adds what is missing.
+# Two installs, one stamp each: `make run` needs both distributions (the library, pgenough,
+# at the root; the plan service built on it, in plan-service/), `make test` the test tools
+# too. The test install holds the demo's, so it stamps both: `make run` after `make test`
+# installs nothing, and `make test` after `make run` adds what is missing.
 SERVICE_STAMP := $(VENV)/.installed-service
 TEST_STAMP    := $(VENV)/.installed-test
 
@@ -14,16 +15,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(SERVICE_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[service]'
+$(SERVICE_STAMP): pyproject.toml plan-service/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e . -e ./plan-service
 	touch $(SERVICE_STAMP)
 
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(TEST_STAMP): pyproject.toml plan-service/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./plan-service
 	touch $(TEST_STAMP) $(SERVICE_STAMP)
 
 run: $(SERVICE_STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE_URL).
-	$(BIN)/pgenough demo
+	$(BIN)/pgenough-plans demo
 
 test: lint typecheck pytest  ## Set up and run the whole suite, linters included.
 
@@ -81,7 +82,7 @@ bench-failover: $(TEST_STAMP)  ## Needs the PostgreSQL 15 binaries (initdb, pg_b
 	$(BIN)/python -m bench.failover
 
 screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
-	$(BIN)/python -m tests.ui.screenshots
+	$(BIN)/python -m tests.plan_service.ui.screenshots
 
 clean:
 	rm -rf $(VENV) .pgenough-test dist .mypy_cache .ruff_cache .pytest_cache

@@ -26,7 +26,7 @@ Setup (untimed, except the load, whose time is printed):
    ``pgenough worker fetch --once --provider sim=<url>?version=1``, then ``pgenough worker
    process --until-idle --concurrency 2`` (as ``bench/ingest.py`` does, whose helpers this
    script imports). The simulator's plans start on days spread over 2021-2022; ~90% are
-   ever online. Then ``VACUUM ANALYZE pgenough.plans``. Autovacuum is on for the whole run,
+   ever online. Then ``VACUUM ANALYZE plans.plans``. Autovacuum is on for the whole run,
    as users run it: on a server that has it off (the PostgreSQL 15 server here runs with
    ``autovacuum=off``) the benchmark turns it on with ``ALTER SYSTEM SET autovacuum = on``
    and a reload and resets it at the end, as ``bench/steady.py`` does (``--no-alter-system``
@@ -81,13 +81,13 @@ for a provider on another machine). wrk runs
 ``cold@1000`` for the *whole* of each phase: started once the fetch's first COPY batch landed
 (or the process's first chunk is claimed) and stopped with SIGINT when the phase's process
 exits (wrk still reports everything), so the p99 and 503 share cover the phase and the
-phase's own time is measured under that load: fetch s and process s (``pgenough.runs``), and
+phase's own time is measured under that load: fetch s and process s (``plans.runs``), and
 plans/s end to end = plans / (fetch s + process s).
 
 Order and state: every ingestion rewrites the plans, so a cell measured after others would
 meet their dead rows. Each measured cell (each ``alone`` baseline, each ingestion cell, each
 curve point and the curve's ``alone``) therefore starts on a freshly vacuumed database:
-``VACUUM (ANALYZE)`` of ``pgenough.plans``, ``plan_seen``, ``plan_failures`` and ``runs``
+``VACUUM (ANALYZE)`` of ``plans.plans``, ``plan_seen``, ``plan_failures`` and ``runs``
 just before it (its time printed; autovacuum stays on). The ``alone``
 baselines of every placement run first; then the cells run cell by cell, the placements
 taking turns at going first (rotated: no pacing shared then pinned, default pacing pinned
@@ -175,12 +175,12 @@ from bench.ingest import (
 )
 from bench.steady import autovacuum_on
 
-from pgenough.api.search import Q as SEARCH_Q
-from pgenough.api.search import SearchQuery, fetch_page
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
-from pgenough.plans import pacing
-from pgenough.plans.defaults import DEFAULT_PACING_MAX_PAUSE
-from pgenough.plans.runs import RunStatus
+from pgenough_plans.api.search import Q as SEARCH_Q
+from pgenough_plans.api.search import SearchQuery, fetch_page
+from pgenough_plans.ingest import pacing
+from pgenough_plans.ingest.defaults import DEFAULT_PACING_MAX_PAUSE
+from pgenough_plans.ingest.runs import RunStatus
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
@@ -523,7 +523,7 @@ def last_run(url: str) -> tuple[Any, ...]:
             "SELECT id, status::text, plans_staged, plans_written, reason,"
             " extract(epoch FROM staged_at - started_at),"
             " extract(epoch FROM processed_at - staged_at)"
-            " FROM pgenough.runs ORDER BY id DESC LIMIT 1"
+            " FROM plans.runs ORDER BY id DESC LIMIT 1"
         ).fetchone()
     if row is None:
         raise RuntimeError("no run recorded")
@@ -562,10 +562,10 @@ def load(url: str, plans: int, logs: Path) -> None:
     if run[1] != "PROCESSED":
         raise RuntimeError(f"load run {run[0]} is {run[1]}: {run[4]}")
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE pgenough.plans")
+        conn.execute("VACUUM ANALYZE plans.plans")
         counts = conn.execute(
             "SELECT count(*), count(*) FILTER (WHERE ever_online), min(starts_at)::date,"
-            " max(starts_at)::date FROM pgenough.plans"
+            " max(starts_at)::date FROM plans.plans"
         ).fetchone()
     assert counts is not None
     print(
@@ -820,8 +820,8 @@ def staged_rows(conn: psycopg.Connection[Any]) -> int:
     """Rows COPYed into the running run's staging table so far (PostgreSQL's statistics,
     flushed by the fetch's backend at most once a second)."""
     row = conn.execute(
-        "SELECT coalesce(sum(s.n_tup_ins), 0) FROM pgenough.runs r"
-        " JOIN pg_stat_user_tables s ON s.schemaname = 'pgenough'"
+        "SELECT coalesce(sum(s.n_tup_ins), 0) FROM plans.runs r"
+        " JOIN pg_stat_user_tables s ON s.schemaname = 'plans'"
         " AND s.relname = 'staging_' || r.id WHERE r.status = 'RUNNING'"
     ).fetchone()
     return int(row[0]) if row else 0
@@ -943,7 +943,7 @@ def during_ingestion(
     return alone, cells
 
 
-PLANS_TABLES = ("pgenough.plans", "pgenough.plan_seen", "pgenough.plan_failures", "pgenough.runs")
+PLANS_TABLES = ("plans.plans", "plans.plan_seen", "plans.plan_failures", "plans.runs")
 """What ingestion writes (besides its staging tables, dropped after each run)."""
 
 
@@ -1129,7 +1129,7 @@ def small_range(url: str) -> tuple[str, datetime]:
     """An ends_at that holds about SMALL_RANGE events from the first one."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT starts_at FROM pgenough.plans WHERE ever_online AND ends_at IS NOT NULL"
+            "SELECT starts_at FROM plans.plans WHERE ever_online AND ends_at IS NOT NULL"
             " ORDER BY starts_at, id OFFSET %s LIMIT 1",
             (SMALL_RANGE,),
         ).fetchone()

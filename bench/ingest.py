@@ -53,7 +53,7 @@ Figures of the end-to-end step:
   printed in MiB (2**20 bytes); its user+system CPU seconds are printed too, and the
   simulator's.
 - Checks: the run is PROCESSED; plans_staged + plans_skipped = N; plans_staged = the records
-  the parser keeps; the run's bytes = the file's size; ``count(*) FROM pgenough.plans`` = the
+  the parser keeps; the run's bytes = the file's size; ``count(*) FROM plans.plans`` = the
   distinct ``(base_plan_id, plan_id)`` among the valid records. A failed check exits 1.
 
 Display: rates and ratios are truncated, memory figures and growth rounded up (never in the
@@ -96,9 +96,9 @@ import psycopg
 
 from pgenough.core import migrate
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
-from pgenough.plans import store
-from pgenough.plans.feed import DEFAULT_CHUNK_SIZE, FeedParser, PlanRecord
-from pgenough.sim.data import render_snapshot
+from pgenough_plans.ingest import store
+from pgenough_plans.ingest.feed import DEFAULT_CHUNK_SIZE, FeedParser, PlanRecord
+from pgenough_plans.sim.data import render_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
@@ -483,7 +483,7 @@ class ProcessWatcher:
             while not self._stop.is_set():
                 row = conn.execute(
                     "SELECT (SELECT min(claimed_at) FROM pgenough.jobs WHERE queue = 'plans'),"
-                    " (SELECT status::text FROM pgenough.runs WHERE id = %s), clock_timestamp()",
+                    " (SELECT status::text FROM plans.runs WHERE id = %s), clock_timestamp()",
                     (self._run_id,),
                 ).fetchone()
                 self.polls += 1
@@ -509,7 +509,7 @@ RUN_COLUMNS = (
 
 def _run_row(url: str) -> tuple[Any, ...] | None:
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(f"SELECT {RUN_COLUMNS} FROM pgenough.runs ORDER BY id").fetchall()
+        rows = conn.execute(f"SELECT {RUN_COLUMNS} FROM plans.runs ORDER BY id").fetchall()
     return tuple(rows[0]) if len(rows) == 1 else None
 
 
@@ -564,7 +564,7 @@ def end_to_end(
     if row is None:
         return None, ["expected exactly one run"]
     with psycopg.connect(url, autocommit=True) as conn:
-        count_row = conn.execute("SELECT count(*) FROM pgenough.plans").fetchone()
+        count_row = conn.execute("SELECT count(*) FROM plans.plans").fetchone()
     (run_id, status, staged, skipped, nbytes, chunks, written, failed) = row[:8]
     started_at, staged_at, processed_at, reason = row[8:]
     done = watcher.processed_seen
@@ -625,7 +625,7 @@ def verify(plans: int, ceilings: Ceilings, run: EndToEnd) -> list[str]:
         problems.append(f"run bytes {run.bytes} != snapshot file {ceilings.size_bytes}")
     if run.plans_in_table != ceilings.distinct_keys:
         problems.append(
-            f"pgenough.plans has {run.plans_in_table} rows, expected {ceilings.distinct_keys}"
+            f"plans.plans has {run.plans_in_table} rows, expected {ceilings.distinct_keys}"
             " distinct (base_plan_id, plan_id)"
         )
     if run.rows_failed:
@@ -809,7 +809,7 @@ def print_summary(results: list[SizeResult]) -> bool:
                 )
     print(
         "  a partial snapshot still never data: not measured by this benchmark (the plans"
-        " tests check it, e.g. tests/plans/test_pipeline.py)"
+        " tests check it, e.g. tests/plan_service/ingest/test_pipeline.py)"
     )
     print("Earlier targets (issue 10, docs/benchmarks-ingest.md)")
     if big is None:

@@ -50,7 +50,7 @@ process it has forked, and the backends it forks later inherit it):
    them.
 
 Figures: wrk's (``bench/api.py``: rps, p50/p99/max, non-2xx = 503 ``TOO_BUSY``), the
-ingestion's fetch s, process s and plans/s end to end (``pgenough.runs``), the replica's lag
+ingestion's fetch s, process s and plans/s end to end (``plans.runs``), the replica's lag
 over the run (max and p99 of ``replay_lag``; max bytes behind), and the searches the API sent
 to the primary instead (past ``PGENOUGH_API_MAX_REPLICA_LAG``, 5 s by default).
 
@@ -100,8 +100,8 @@ from bench.api import (
 from bench.ingest import Simulator, down, migrate_database, pgenough_command, server_facts, up
 from tests.helpers.standby import BIN, StandbyPair, missing
 
-from pgenough.api.search import Q as SEARCH_Q
-from pgenough.api.search import SearchQuery
+from pgenough_plans.api.search import Q as SEARCH_Q
+from pgenough_plans.api.search import SearchQuery
 
 DEFAULT_PLANS = 1_000_000
 QUICK_PLANS = 100_000
@@ -205,7 +205,7 @@ class LagSamples:
     """PROBE_QUERY on the standby, EXPLAIN ANALYZE'd every PROBE_EVERY samples: (execution
     ms, heap fetches, shared buffers hit or read)."""
     vacuums: tuple[int, int] = (0, 0)
-    """VACUUMs of pgenough.plans through the cell: (the duty's or anyone's, autovacuum's)."""
+    """VACUUMs of plans.plans through the cell: (the duty's or anyone's, autovacuum's)."""
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds used through the cell, by process: where the replica's core went."""
 
@@ -275,7 +275,7 @@ def plans_vacuums(url: str) -> tuple[int, int]:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT vacuum_count, autovacuum_count FROM pg_stat_user_tables"
-            " WHERE relid = 'pgenough.plans'::regclass"
+            " WHERE relid = 'plans.plans'::regclass"
         ).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
 

@@ -63,9 +63,9 @@ MIGRATION_0007 = (
     / "src/pgenough/plans/migrations/0007_search_covering_index.sql"
 )
 OLD_INDEX = """
-CREATE INDEX plans_search_old_idx ON pgenough.plans (starts_at, id) WHERE ever_online;
-DROP INDEX pgenough.plans_search_idx;
-ALTER INDEX pgenough.plans_search_old_idx RENAME TO plans_search_idx;
+CREATE INDEX plans_search_old_idx ON plans.plans (starts_at, id) WHERE ever_online;
+DROP INDEX plans.plans_search_idx;
+ALTER INDEX plans.plans_search_old_idx RENAME TO plans_search_idx;
 """
 """plans_search_idx as migration 0001 created it."""
 
@@ -113,7 +113,7 @@ def index_is_covering(url: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT indexdef FROM pg_indexes"
-            " WHERE schemaname = 'pgenough' AND indexname = 'plans_search_idx'"
+            " WHERE schemaname = 'plans' AND indexname = 'plans_search_idx'"
         ).fetchone()
     assert row is not None, "no plans_search_idx"
     return "INCLUDE" in str(row[0])
@@ -126,7 +126,7 @@ def set_index(url: str, covering: bool) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.transaction():
             conn.execute(MIGRATION_0007.read_text() if covering else OLD_INDEX)
-        conn.execute("VACUUM ANALYZE pgenough.plans")
+        conn.execute("VACUUM ANALYZE plans.plans")
     print(
         f"  (plans_search_idx rebuilt {'covering' if covering else 'as in 0001'}"
         f" in {time.perf_counter() - t0:.1f} s)",

@@ -1,7 +1,6 @@
 """A FastAPI app on SQLAlchemy's asyncio ORM: the job is enqueued in the request's transaction.
 
-Install: ``pip install 'pgenough[service]' 'sqlalchemy[asyncio]>=2'`` (the service extra
-brings FastAPI, uvicorn and httpx).
+Install: ``pip install pgenough fastapi uvicorn httpx 'sqlalchemy[asyncio]>=2'``
 
 1. ``POST /orders`` adds an ``Order`` in the request's ``AsyncSession`` (a FastAPI
    dependency) and enqueues ``confirm_order`` on the psycopg connection under it

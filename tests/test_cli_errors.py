@@ -1,6 +1,6 @@
 """Every way a command is misused or meets a broken environment ends the same way: one line
-on stderr that names the problem, a non-zero exit, never a traceback (the ``pgenough``
-command as a subprocess, on a real PostgreSQL)."""
+on stderr that names the problem, a non-zero exit, never a traceback (the ``pgenough`` and
+``pgenough-plans`` commands as subprocesses, on a real PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import os
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pgenough.cli import BIGINT_MAX
 from pgenough.settings import MAX_CONCURRENCY
-from pgenough.sim.server import SimServer
+from pgenough_plans.sim.server import SimServer
+from tests.plan_service.test_commands import plans
 from tests.test_cli import free_port, pgenough
 
 TOO_BIG = "99999999999999999999"  # > 2**63 - 1: PostgreSQL's "bigint out of range"
 # A log line of its own, if it could start one (without a comma: one splits providers).
-FORGED = "2026-01-01 00:00:00 ERROR   pgenough.plans.fetch: forged"
+FORGED = "2026-01-01 00:00:00 ERROR   pgenough_plans.ingest.fetch: forged"
 
 
 def error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -31,56 +33,66 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+PLANS = "pgenough-plans"
+
+
+def command(program: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``program *args`` (``pgenough`` or ``pgenough-plans``), to its end."""
+    return (plans if program == PLANS else pgenough)(*args, **kwargs)
+
+
 @pytest.mark.db
 @pytest.mark.parametrize(
     "args",
     [
-        ["runs", "--limit", TOO_BIG],
-        ["runs", "--before", TOO_BIG],
-        ["jobs", "--limit", TOO_BIG],
-        ["jobs", "--before", TOO_BIG],
-        ["failures", "--limit", TOO_BIG],
-        ["run", TOO_BIG],
-        ["job", TOO_BIG],
-        ["retry", TOO_BIG],
-        ["discard", TOO_BIG],
-        ["runs", "--before", "0"],
-        ["provider-sim", "--plans", TOO_BIG],
-        ["demo", "--plans", TOO_BIG],
-        ["api", "--port", "65536"],
-        ["demo", "--port", "65536"],
-        ["provider-sim", "--port", "-1"],
-        ["worker", "process", "--metrics-port", "65536"],
-        ["worker", "fetch", "--metrics-port", "-1", "--provider", "p=http://h/"],
-        ["worker", "fetch", "--interval", "inf", "--provider", "p=http://h/"],
-        ["demo", "--interval", "inf"],
-        ["worker", "process", "--concurrency", "10001"],
-        ["worker", "process", "--concurrency", TOO_BIG],
-        ["worker", "run", "tests.helpers.taskapp:app", "--concurrency", "10001"],
-        ["worker", "run", "tests.helpers.taskapp:app", "--queue", "default=10001"],
+        [PLANS, "runs", "--limit", TOO_BIG],
+        [PLANS, "runs", "--before", TOO_BIG],
+        ["pgenough", "jobs", "--limit", TOO_BIG],
+        ["pgenough", "jobs", "--before", TOO_BIG],
+        ["pgenough", "failures", "--limit", TOO_BIG],
+        [PLANS, "failures", "--limit", TOO_BIG],
+        [PLANS, "run", TOO_BIG],
+        ["pgenough", "job", TOO_BIG],
+        ["pgenough", "retry", TOO_BIG],
+        ["pgenough", "discard", TOO_BIG],
+        [PLANS, "runs", "--before", "0"],
+        [PLANS, "provider-sim", "--plans", TOO_BIG],
+        [PLANS, "demo", "--plans", TOO_BIG],
+        [PLANS, "api", "--port", "65536"],
+        [PLANS, "demo", "--port", "65536"],
+        [PLANS, "provider-sim", "--port", "-1"],
+        [PLANS, "worker", "process", "--metrics-port", "65536"],
+        [PLANS, "worker", "fetch", "--metrics-port", "-1", "--provider", "p=http://h/"],
+        [PLANS, "worker", "fetch", "--interval", "inf", "--provider", "p=http://h/"],
+        [PLANS, "demo", "--interval", "inf"],
+        [PLANS, "worker", "process", "--concurrency", "10001"],
+        [PLANS, "worker", "process", "--concurrency", TOO_BIG],
+        ["pgenough", "worker", "run", "tests.helpers.taskapp:app", "--concurrency", "10001"],
+        ["pgenough", "worker", "run", "tests.helpers.taskapp:app", "--queue", "default=10001"],
     ],
 )
 def test_a_number_out_of_range_is_a_usage_error(
     db: object, worker_env: dict[str, str], args: list[str]
 ) -> None:
-    result = pgenough(*args, env=worker_env)
+    program, *rest = args
+    result = command(program, *rest, env=worker_env)
     assert result.returncode == 2
     line = error_line(result)
-    command = " ".join(args[:2]) if args[0] == "worker" else args[0]
-    assert line.startswith(f"error: pgenough {command}: Invalid value for "), line
+    name = " ".join(rest[:2]) if rest[0] == "worker" else rest[0]
+    assert line.startswith(f"error: {program} {name}: Invalid value for "), line
 
 
 @pytest.mark.db
 def test_the_largest_bigint_is_a_valid_id_and_limit(db: object, worker_env: dict[str, str]) -> None:
     top = str(BIGINT_MAX)
-    assert pgenough("runs", "--limit", top, "--before", top, env=worker_env).returncode == 0
+    assert plans("runs", "--limit", top, "--before", top, env=worker_env).returncode == 0
     assert pgenough("jobs", "--limit", top, "--before", top, env=worker_env).returncode == 0
-    missing = pgenough("run", top, env=worker_env)
+    missing = plans("run", top, env=worker_env)
     assert error_line(missing) == f"error: run {top} not found"
 
 
 @pytest.mark.parametrize(
-    "command",
+    "argv",
     [
         ["api", "--port", "{port}"],
         ["provider-sim", "--port", "{port}"],
@@ -88,21 +100,21 @@ def test_the_largest_bigint_is_a_valid_id_and_limit(db: object, worker_env: dict
         ["worker", "fetch", "--once", "--provider", "p=http://h/", "--metrics-port", "{port}"],
     ],
 )
-def test_a_busy_port_is_one_line(worker_env: dict[str, str], command: list[str]) -> None:
+def test_a_busy_port_is_one_line(worker_env: dict[str, str], argv: list[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = pgenough(*(a.format(port=port) for a in command), env=worker_env)
+        result = plans(*(a.format(port=port) for a in argv), env=worker_env)
     assert result.returncode == 1
-    metrics = "metrics: " if "--metrics-port" in command else ""
+    metrics = "metrics: " if "--metrics-port" in argv else ""
     assert error_line(result) == (
         f"error: {metrics}cannot listen on 127.0.0.1:{port}: address already in use"
     )
 
 
 def test_an_unknown_host_is_one_line(worker_env: dict[str, str]) -> None:
-    result = pgenough("api", "--host", "no-such-host.invalid", "--port", "0", env=worker_env)
+    result = plans("api", "--host", "no-such-host.invalid", "--port", "0", env=worker_env)
     assert result.returncode == 1
     assert error_line(result).startswith("error: cannot listen on no-such-host.invalid:0: ")
 
@@ -170,13 +182,17 @@ def test_a_default_config_file_that_is_a_directory_is_one_line(
 
 
 @pytest.mark.parametrize(
-    ("variable", "value"),
-    [("PGENOUGH_WORKER_LEASE", "inf"), ("PGENOUGH_FETCH_INTERVAL", "inf")],
+    ("program", "variable", "value"),
+    [
+        ("pgenough", "PGENOUGH_WORKER_LEASE", "inf"),
+        (PLANS, "PGENOUGH_WORKER_LEASE", "inf"),
+        (PLANS, "PGENOUGH_FETCH_INTERVAL", "inf"),
+    ],
 )
 def test_an_infinite_setting_is_one_line(
-    worker_env: dict[str, str], variable: str, value: str
+    worker_env: dict[str, str], program: str, variable: str, value: str
 ) -> None:
-    result = pgenough("status", env=dict(worker_env, **{variable: value}))
+    result = command(program, "status", env=dict(worker_env, **{variable: value}))
     assert result.returncode == 2
     field = variable.removeprefix("PGENOUGH_").lower()
     assert error_line(result) == (
@@ -184,12 +200,12 @@ def test_an_infinite_setting_is_one_line(
     )
 
 
-@pytest.mark.parametrize("command", ["worker process", "status"])
+@pytest.mark.parametrize("argv", ["pgenough status", f"{PLANS} worker process", f"{PLANS} status"])
 def test_a_concurrency_setting_past_its_bound_is_one_line(
-    worker_env: dict[str, str], command: str
+    worker_env: dict[str, str], argv: str
 ) -> None:
     env = dict(worker_env, PGENOUGH_WORKER_CONCURRENCY=str(MAX_CONCURRENCY + 1))
-    result = pgenough(*command.split(), env=env)
+    result = command(*argv.split(), env=env)
     assert result.returncode == 2
     assert error_line(result) == (
         "error: invalid configuration: worker_concurrency:"
@@ -197,7 +213,7 @@ def test_a_concurrency_setting_past_its_bound_is_one_line(
     )
 
 
-@pytest.mark.parametrize("command", ["api", "demo"])
+@pytest.mark.parametrize("name", ["api", "demo"])
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
@@ -208,9 +224,9 @@ def test_a_concurrency_setting_past_its_bound_is_one_line(
     ],
 )
 def test_impossible_api_settings_are_one_line(
-    worker_env: dict[str, str], command: str, variable: str, value: str, says: str
+    worker_env: dict[str, str], name: str, variable: str, value: str, says: str
 ) -> None:
-    result = pgenough(command, "--port", "0", env=dict(worker_env, **{variable: value}))
+    result = plans(name, "--port", "0", env=dict(worker_env, **{variable: value}))
     assert result.returncode == 2
     assert error_line(result).startswith(f"error: invalid configuration: {says}")
 
@@ -220,19 +236,34 @@ NOT_UTF8 = os.fsdecode(b"x\xff")  # as Python holds bytes that do not decode: a 
 
 @pytest.mark.parametrize(
     "args",
-    [["runs", "--provider", NOT_UTF8], ["jobs", "--queue", NOT_UTF8], ["api", "--host", NOT_UTF8]],
+    [
+        [PLANS, "runs", "--provider", NOT_UTF8],
+        ["pgenough", "jobs", "--queue", NOT_UTF8],
+        [PLANS, "api", "--host", NOT_UTF8],
+    ],
 )
 def test_an_argument_that_is_not_utf8_is_one_line(
     worker_env: dict[str, str], args: list[str]
 ) -> None:
-    result = pgenough(*args, env=worker_env)
+    result = command(*args, env=worker_env)
     assert result.returncode == 2
     assert error_line(result) == "error: argument b'x\\xff' is not valid UTF-8"
 
 
-@pytest.mark.parametrize("variable", ["DATABASE_URL", "PGENOUGH_API_HOST", "PGENOUGH_PROVIDERS"])
-def test_a_setting_that_is_not_utf8_is_one_line(worker_env: dict[str, str], variable: str) -> None:
-    result = pgenough("status", env=dict(worker_env, **{variable: NOT_UTF8}))
+@pytest.mark.parametrize(
+    ("program", "variable"),
+    [
+        ("pgenough", "DATABASE_URL"),
+        ("pgenough", "PGENOUGH_WORKER_CONCURRENCY"),
+        (PLANS, "DATABASE_URL"),
+        (PLANS, "PGENOUGH_API_HOST"),
+        (PLANS, "PGENOUGH_PROVIDERS"),
+    ],
+)
+def test_a_setting_that_is_not_utf8_is_one_line(
+    worker_env: dict[str, str], program: str, variable: str
+) -> None:
+    result = command(program, "status", env=dict(worker_env, **{variable: NOT_UTF8}))
     assert result.returncode == 2
     assert error_line(result) == f"error: invalid configuration: {variable} is not valid UTF-8"
 
@@ -252,7 +283,7 @@ def test_a_newline_in_database_url_stays_on_the_error_line(worker_env: dict[str,
 
 
 def _config(tmp_path: Path, providers: str) -> Path:
-    path = tmp_path / "pgenough.toml"
+    path = tmp_path / "pgenough-plans.toml"
     # A TOML basic string: \uXXXX and \n are escapes there, so the file is plain ASCII.
     path.write_text(f'providers = "{providers}"\n', encoding="ascii")
     return path
@@ -273,13 +304,13 @@ def test_a_line_break_in_a_provider_url_cannot_forge_a_log_line(
 ) -> None:
     with SimServer(plans=20, seed=3) as sim:
         config = _config(tmp_path, f"forge={sim.url}?version=1&note={separator}{FORGED}")
-        result = pgenough(
+        result = plans(
             "--log-format",
             log_format,
             "worker",
             "fetch",
             "--once",
-            env=dict(worker_env, PGENOUGH_CONFIG=str(config)),
+            env=dict(worker_env, PGENOUGH_PLANS_CONFIG=str(config)),
         )
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
@@ -294,8 +325,8 @@ def test_a_raw_newline_in_a_provider_url_is_refused_in_one_line(
     worker_env: dict[str, str], tmp_path: Path
 ) -> None:
     config = _config(tmp_path, f"forge=http://127.0.0.1:{free_port()}/planList\\n{FORGED}")
-    result = pgenough(
-        "worker", "fetch", "--once", env=dict(worker_env, PGENOUGH_CONFIG=str(config))
+    result = plans(
+        "worker", "fetch", "--once", env=dict(worker_env, PGENOUGH_PLANS_CONFIG=str(config))
     )
     assert result.returncode == 2
     assert error_line(result).startswith("error: provider forge: invalid provider URL ")

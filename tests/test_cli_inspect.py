@@ -1,5 +1,6 @@
-"""``pgenough status/runs/run/failures/jobs/job`` and the repairs, on real ingestions and real
-failures; their error lines; and the worker commands' progress displays (only for a terminal)."""
+"""``pgenough status/failures/jobs/job`` and the repairs (``retry``, ``discard``,
+``requeue-stuck``) on real jobs in every state; their error lines; and ``pgenough`` on a
+database that has only pgenough's schema (no plan service anywhere)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -23,10 +23,9 @@ from pgenough.cli import app
 from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.jsonable import as_json
-from pgenough.sim.server import SimServer
+from pgenough_plans.cli import app as plan_app
 from tests.helpers.procs import ROOT
-from tests.plans.pipeline import break_chunks, fetch, heal_chunks, ingest, process
-from tests.ui import scenes
+from tests.plan_service.ui import scenes
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
 ANSI = "\x1b["
@@ -64,127 +63,7 @@ def pgenough(
     )
 
 
-@pytest.fixture
-def sim() -> Iterator[SimServer]:
-    with SimServer(plans=1_500, seed=11) as server:
-        yield server
-
-
-@pytest.fixture
-async def broken_chunks(db: AsyncConnectionPool) -> AsyncIterator[None]:
-    await break_chunks(db)
-    yield
-    await heal_chunks(db)
-
-
 pytestmark = pytest.mark.db
-
-
-async def test_inspect_commands_show_a_real_ingestion(
-    db: AsyncConnectionPool, sim: SimServer, database_url: str
-) -> None:
-    ok = await ingest(db, f"{sim.url}?version=1&fault=malformed:0.05", name="alpha")
-    bad = await fetch(db, f"{sim.url}?fault=404", name="beta")
-
-    status = await cli_json(database_url, "status")
-    alpha, beta = status["providers"]
-    assert (alpha["provider"], alpha["last_run_id"], alpha["last_status"]) == (
-        "alpha",
-        ok.run_id,
-        "PROCESSED",
-    )
-    assert (alpha["plans_staged"], alpha["plans_skipped"], alpha["plans_written"]) == (
-        ok.plans_staged,
-        ok.plans_skipped,
-        ok.plans_staged,
-    )
-    assert alpha["plans_skipped"] > 0 and alpha["throughput"] > 0
-    assert (beta["last_run_id"], beta["last_status"]) == (bad.run_id, "FAILED")
-    assert "404" in beta["last_reason"] and beta["last_success_at"] is None
-    assert status["failures"]["runs_failed"] == 1
-    assert sum(p["plans"] for p in status["throughput"]) == ok.plans_staged
-
-    runs = await cli_json(database_url, "runs")
-    assert [r["id"] for r in runs] == [bad.run_id, ok.run_id]
-    assert runs[1]["bytes"] == ok.bytes and runs[1]["chunks_done"] == runs[1]["chunks_total"]
-    failed = await cli_json(database_url, "runs", "--failed")
-    assert [(r["id"], r["status"]) for r in failed] == [(bad.run_id, "FAILED")]
-    assert "HTTP 404" in failed[0]["reason"]
-    assert [r["id"] for r in await cli_json(database_url, "runs", "--provider", "alpha")] == [
-        ok.run_id
-    ]
-    assert [r["id"] for r in await cli_json(database_url, "runs", "--status", "processed")] == [
-        ok.run_id
-    ]
-    assert [r["id"] for r in await cli_json(database_url, "runs", "--before", str(bad.run_id))] == [
-        ok.run_id
-    ]
-    assert len(await cli_json(database_url, "runs", "--limit", "1")) == 1
-
-    detail = await cli_json(database_url, "run", str(ok.run_id))
-    assert (detail["id"], detail["status"], detail["plans_staged"]) == (
-        ok.run_id,
-        "PROCESSED",
-        ok.plans_staged,
-    )
-    assert [a["status"] for a in detail["attempts"]] == [200]
-    assert detail["skip_samples"] and all(s["reason"] for s in detail["skip_samples"])
-    assert detail["jobs"] == [] and detail["row_failures"] == []
-
-    failures = await cli_json(database_url, "failures")
-    assert failures["jobs"] == []
-    assert [(r["id"], r["reason"]) for r in failures["runs"]] == [(bad.run_id, failed[0]["reason"])]
-
-    # The tables say the same to a person.
-    table = await cli(database_url, "status")
-    assert table.exit_code == 0, table.stderr
-    assert re.search(rf"alpha +{ok.run_id} +PROCESSED", table.stdout), table.stdout
-    assert re.search(rf"beta +{bad.run_id} +FAILED", table.stdout), table.stdout
-    assert f"{ok.plans_staged:,}" in table.stdout and "HTTP 404" in table.stdout
-    assert "failures in the last 1h" in table.stdout and ANSI not in table.stdout
-    shown = await cli(database_url, "run", str(ok.run_id))
-    assert "HTTP attempts" in shown.stdout and "skipped records" in shown.stdout
-    listed = await cli(database_url, "runs", "--failed")
-    assert "HTTP 404" in listed.stdout and "alpha" not in listed.stdout
-
-
-async def test_a_dead_chunk_is_shown_retried_from_the_cli_and_its_run_completes(
-    db: AsyncConnectionPool, sim: SimServer, database_url: str, broken_chunks: None
-) -> None:
-    staged = await fetch(db, f"{sim.url}?version=1")
-    async with db.connection() as conn:
-        await conn.execute("UPDATE pgenough.jobs SET max_attempts = 1")  # dead at once
-    await process(db)
-
-    failures = await cli_json(database_url, "failures", "--queue", "plans")
-    dead = failures["jobs"]
-    assert len(dead) > 1 and {j["state"] for j in dead} == {"dead"}
-    assert all("disk full (test)" in j["last_error"] for j in dead)
-    assert (await cli_json(database_url, "failures", "--queue", "other"))["jobs"] == []
-    run = await cli_json(database_url, "run", str(staged.run_id))
-    assert run["status"] == "STAGED"
-    assert {j["id"] for j in run["jobs"]} == {j["id"] for j in dead}
-    status = await cli_json(database_url, "status")
-    assert status["failures"]["jobs_dead"] == len(dead)
-    assert [q["dead"] for q in status["queues"] if q["queue"] == "plans"] == [len(dead)]
-    table = await cli(database_url, "failures")
-    assert "disk full (test)" in table.stdout and "dead" in table.stdout
-
-    await heal_chunks(db)
-    first = await cli(database_url, "retry", str(dead[0]["id"]))
-    assert first.exit_code == 0, first.stderr
-    assert first.stdout.startswith(f"retried job {dead[0]['id']} (plans/apply_chunk): ready")
-    rest = await cli_json(database_url, "retry", "--all-dead", "--queue", "plans")
-    assert rest == {"retried": len(dead) - 1, "queue": "plans"}
-    await process(db)
-
-    run = await cli_json(database_url, "run", str(staged.run_id))
-    assert (run["status"], run["jobs"], run["plans_written"]) == (
-        "PROCESSED",
-        [],
-        staged.plans_staged,
-    )
-    assert (await cli_json(database_url, "failures"))["jobs"] == []
 
 
 async def test_discard_and_requeue_stuck(db: AsyncConnectionPool, database_url: str) -> None:
@@ -248,7 +127,7 @@ async def test_jobs_and_job_show_every_state_as_the_database_has_it(
         # The tables say the same to a person.
         table = await cli(database_url, "jobs", "--limit", "4")
         assert table.exit_code == 0, table.stderr
-        assert re.search(rf"{s.running} +slow +hold +- +running +1/20 .*{s.worker}", table.stdout)
+        assert re.search(rf"{s.running} +slow +hold +running +1/20 .*{s.worker}", table.stdout)
         assert re.search(r"\d+s left", table.stdout), table.stdout
         assert re.search(rf"{s.scheduled} +ops +noop .* ready .* in [45]m", table.stdout)
         assert f"older jobs: --before {s.ready}" in table.stdout and ANSI not in table.stdout
@@ -262,9 +141,6 @@ async def test_jobs_and_job_show_every_state_as_the_database_has_it(
 
 
 async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, database_url: str) -> None:
-    missing = await cli(database_url, "run", "999999999", "--json")
-    assert missing.exit_code == 1
-    assert one_error_line(missing) == "error: run 999999999 not found"
     gone = await cli(database_url, "job", "999999999")
     assert gone.exit_code == 1
     assert one_error_line(gone) == (
@@ -279,8 +155,6 @@ async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, databas
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["runs", "--status", "DONE"], "error: --status must be one of RUNNING, STAGED,"),
-        (["runs", "--failed", "--status", "staged"], "error: --failed and --status disagree"),
         (["jobs", "--state", "done"], "error: --state must be one of ready, running, dead,"),
         (["retry"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--all-dead"], "error: give a job ID or --all-dead (exactly one)"),
@@ -299,18 +173,15 @@ def test_a_database_without_the_schema_is_told_to_migrate(server_url: str) -> No
     create_database(server_url, name)
     url = with_database(server_url, name)
     try:
-        for args in (
-            ["status"],
-            ["runs", "--json"],
-            ["jobs"],
-            ["job", "1"],
-            ["retry", "--all-dead"],
-        ):
+        for args in (["status"], ["jobs"], ["job", "1"], ["retry", "--all-dead"]):
             result = invoke(url, *args)
             assert result.exit_code == 1
-            assert one_error_line(result) == (
-                "error: pgenough's schema is missing: run `pgenough migrate`"
-            )
+            assert one_error_line(result) == "error: the schema is missing: run `pgenough migrate`"
+        plans = CliRunner().invoke(plan_app, ["runs", "--json"], env={"DATABASE_URL": url})
+        assert plans.exit_code == 1
+        assert one_error_line(plans) == (
+            "error: the schema is missing: run `pgenough-plans migrate`"
+        )
         with psycopg.connect(url) as conn:  # looking did not migrate
             row = conn.execute("SELECT to_regnamespace('pgenough')").fetchone()
         assert row == (None,)
@@ -334,29 +205,51 @@ def test_unreachable_database_is_one_line_fast_and_keeps_the_password(
         assert "s3cret" not in result.stderr and "Traceback" not in result.stderr
 
 
-def test_progress_is_drawn_only_for_a_terminal(
-    db: object, sim: SimServer, worker_env: dict[str, str]
+def test_a_core_only_database_is_all_pgenough_needs(
+    server_url: str, worker_env: dict[str, str]
 ) -> None:
-    url = f"{sim.url}?version=1"
-    piped = pgenough("worker", "fetch", "--once", "--provider", f"piped={url}", env=worker_env)
-    assert piped.returncode == 0, piped.stderr
-    drained = pgenough("worker", "process", "--until-idle", env=worker_env)
-    assert drained.returncode == 0, drained.stderr
-    for result in (piped, drained):
-        assert ANSI not in result.stderr + result.stdout
-        assert "fetch piped" not in result.stderr and " left, " not in result.stderr
-    status = pgenough("status", "--json", env=worker_env)
-    assert json.loads(status.stdout)["providers"][0]["last_status"] == "PROCESSED"
+    """Right after ``pgenough migrate`` on a new database, every inspecting command works,
+    and nothing of the plan service is there: no schema, no table, no migration track."""
+    name = f"pgenough_test_core_only_{os.getpid()}"
+    create_database(server_url, name)
+    url = with_database(server_url, name)
+    env = dict(worker_env, DATABASE_URL=url)
+    try:
+        migrated = pgenough("migrate", env=env)
+        assert migrated.returncode == 0, migrated.stderr
+        with psycopg.connect(url, autocommit=True) as conn:
+            enqueued = conn.execute(
+                "INSERT INTO pgenough.jobs (kind, queue) VALUES ('noop', 'mail') RETURNING id"
+            ).fetchone()
+            assert enqueued is not None
+            schemas = {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")}
+            tracks = {r[0] for r in conn.execute("SELECT track FROM pgenough.schema_migrations")}
+            tables = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"
+                )
+            }
+        assert "plans" not in schemas and tracks == {"core"}
+        assert tables == {"jobs", "messages", "periodic", "schema_migrations"}
+        status = pgenough("status", env=env)
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"mail +1 +0 +0 +0", status.stdout), status.stdout
+        assert "failures in the last 1h" in status.stdout
+        as_json_doc = json.loads(pgenough("status", "--json", env=env).stdout)
+        assert [q["queue"] for q in as_json_doc["queues"]] == ["mail"]
+        for args in (["jobs"], ["failures"], ["job", str(enqueued[0])]):
+            result = pgenough(*args, env=env)
+            assert result.returncode == 0, (args, result.stderr)
+    finally:
+        drop_database(server_url, name)
 
-    forced = dict(worker_env, PGENOUGH_FORCE_PROGRESS="1")
-    shown = pgenough("worker", "fetch", "--once", "--provider", f"shown={url}", env=forced)
-    assert shown.returncode == 0, shown.stderr
-    assert "fetch shown" in shown.stderr and "plans staged" in shown.stderr
-    assert ANSI not in shown.stdout and "STAGED" in shown.stdout  # the table, untouched
-    bar = pgenough("worker", "process", "--until-idle", env=forced)
-    assert bar.returncode == 0, bar.stderr
-    assert "process" in bar.stderr and " left, " in bar.stderr
-    assert re.search(r"(\d+)/\1 chunks, 0 left", ANSI_CODES.sub("", bar.stderr)), bar.stderr
-    assert bar.stdout.startswith("chunks applied: ")
-    forced_json = pgenough("status", "--json", env=forced)
-    assert json.loads(forced_json.stdout)["providers"][1]["provider"] == "shown"
+
+def test_the_help_names_only_pgenoughs_commands(worker_env: dict[str, str]) -> None:
+    shown = pgenough("--help", env=worker_env)
+    assert shown.returncode == 0
+    for plan_word in ("demo", "provider-sim", "runs", "fetch", "plan service", "/search"):
+        assert plan_word not in shown.stdout, plan_word
+    worker = pgenough("worker", "--help", env=worker_env)
+    listed = re.findall(r"^│ (\S+) ", worker.stdout, re.MULTILINE)
+    assert "run" in listed and not {"fetch", "process"} & set(listed), worker.stdout

@@ -13,10 +13,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.settings import Settings
 from tests.helpers.cli import (
+    PROGRAMS,
     code_blocks,
-    command_problem,
+    command_problems,
     env_variables,
-    pgenough_invocations,
+    invocations,
     variable_problem,
 )
 from tests.helpers.procs import ROOT
@@ -83,10 +84,11 @@ def test_operations_lists_every_setting_with_its_default() -> None:
 
 @pytest.mark.parametrize("path", OPERATOR_DOCS, ids=lambda p: p.name)
 def test_every_command_named_exists(path: Path) -> None:
-    invocations = pgenough_invocations(path.read_text("utf-8"))
+    text = path.read_text("utf-8")
+    named = [argv for program in PROGRAMS for argv in invocations(text, program)]
     # scaling.md names settings more than commands: its commands are each mode's own.
-    assert len(invocations) >= (3 if path.name == "scaling.md" else 5)
-    problems = [p for argv in invocations if (p := command_problem(argv))]
+    assert len(named) >= (3 if path.name == "scaling.md" else 5)
+    problems = command_problems(text)
     assert not problems, problems
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from pgenough.cli import _run
+from pgenough.cli import run
 from pgenough.settings import Settings
 from tests.test_cli import pgenough
 from tests.test_cli_errors import error_line
@@ -28,7 +28,7 @@ def test_the_commands_run_on_the_chosen_loop(
     monkeypatch: pytest.MonkeyPatch, choice: str, expected: type[asyncio.AbstractEventLoop]
 ) -> None:
     monkeypatch.setenv("PGENOUGH_EVENT_LOOP", choice)
-    assert _run(loop_type, Settings()) is expected
+    assert run(loop_type, Settings()) is expected
 
 
 def test_an_unknown_loop_is_a_usage_error(worker_env: dict[str, str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from tests.helpers.procs import ROOT
-from tests.test_deploy_grafana import exported_series
+from tests.plan_service.test_deploy_grafana import exported_series
 
 CATALOGUE = ROOT / "docs" / "operations.md"
 

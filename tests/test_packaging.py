@@ -1,10 +1,11 @@
-"""The release: ``python -m build`` makes an sdist that holds what a build needs and nothing
-else, and a wheel built from it with the package's data, ``py.typed`` and one version
-everywhere; the README's install lines name the extras pyproject.toml has.
+"""The release: ``python -m build`` makes, for each distribution, an sdist that holds what a
+build needs and nothing else, and a wheel built from it with the package's data, ``py.typed``
+and one version everywhere; the README's install lines name the extras pyproject.toml has.
 
-``pip install pgenough`` is the messaging core alone: that wheel, installed without extras
-into a fresh virtual environment (tests/helpers/wheel.py), runs a job end to end and its CLI
-says in one line what to install for the rest.
+``pip install pgenough`` is the library alone: that wheel, installed without extras into a
+fresh virtual environment (tests/helpers/wheel.py), runs a job end to end, and its CLI knows
+nothing of the plan service. The plan service (pgenough-plans) installs beside that wheel
+and runs on it.
 
 The wheel's environment connects to this run's PostgreSQL (embedded or ``DATABASE_URL``) by
 URL, but to a database of its own: the session's test database carries the plan service's
@@ -19,23 +20,32 @@ import subprocess
 import tarfile
 import textwrap
 import tomllib
+import uuid
 import zipfile
 
 import psycopg
 import pytest
 
 import pgenough
+from pgenough.core.db import create_database, drop_database, with_database
 from tests.helpers.procs import ROOT
 from tests.helpers.wheel import (
+    PLAN_SERVICE,
     CoreVenv,
     Release,
     check,
     core_db_fixture,
     core_venv_fixture,
+    plans_venv_fixture,
     release_fixture,
 )
 
-__all__ = ["core_db_fixture", "core_venv_fixture", "release_fixture"]  # pytest's fixtures
+__all__ = [  # pytest's fixtures
+    "core_db_fixture",
+    "core_venv_fixture",
+    "plans_venv_fixture",
+    "release_fixture",
+]
 
 pytestmark = [pytest.mark.slow, pytest.mark.db]
 
@@ -255,19 +265,12 @@ def test_help_works_on_the_core_alone(core_venv: CoreVenv) -> None:
     assert "migrate" in result.stdout
 
 
-@pytest.mark.parametrize(
-    ("name", "args"),
-    [("api", []), ("worker fetch", ["--provider", "a=http://x"])],
-    ids=["api", "worker-fetch"],
-)
-def test_a_plan_service_command_says_what_to_install(
-    core_venv: CoreVenv, core_db: str, name: str, args: list[str]
-) -> None:
-    result = core_venv.pgenough(*name.split(), *args, env=dict(core_venv.env, DATABASE_URL=core_db))
+@pytest.mark.parametrize("name", ["api", "demo", "worker fetch", "runs"])
+def test_the_core_has_no_plan_service_command(core_venv: CoreVenv, name: str) -> None:
+    result = core_venv.pgenough(*name.split(), "--help")
     line = _one_error_line(result)
-    assert line.startswith(f"error: pgenough {name} needs the plan service ")
-    assert line.endswith("pip install 'pgenough[service]'")
-    assert result.returncode == 1
+    assert "No such command" in line, line
+    assert result.returncode == 2
 
 
 def test_migrate_creates_the_core_tables_only(core_venv: CoreVenv, core_db: str) -> None:
@@ -275,8 +278,8 @@ def test_migrate_creates_the_core_tables_only(core_venv: CoreVenv, core_db: str)
     with psycopg.connect(core_db) as conn:
         found = conn.execute(
             "SELECT to_regclass('pgenough.jobs') IS NOT NULL,"
-            " to_regclass('pgenough.runs') IS NOT NULL,"
-            " to_regclass('pgenough.plans') IS NOT NULL,"
+            " to_regclass('plans.runs') IS NOT NULL,"
+            " to_regclass('plans.plans') IS NOT NULL,"
             " (SELECT array_agg(DISTINCT track) FROM pgenough.schema_migrations)"
         ).fetchone()
     assert found == (True, False, False, ["core"])
@@ -328,3 +331,58 @@ def test_the_readme_lists_every_core_dependency() -> None:
     assert names
     missing = [name for name in names if name not in row]
     assert not missing, missing
+
+
+# -- the plan service: its own distribution, on the library's wheel ----------------------
+
+PLANS_PACKAGE = PLAN_SERVICE / "src" / "pgenough_plans"
+
+
+def test_the_plan_service_is_built_from_its_sdist_with_its_data(release: Release) -> None:
+    import pgenough_plans
+
+    version = pgenough_plans.__version__
+    assert release.plans_sdist.name == f"pgenough_plans-{version}.tar.gz"
+    assert release.plans_wheel.name == f"pgenough_plans-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(release.plans_wheel) as wheel:
+        names = set(wheel.namelist())
+        metadata = wheel.read(f"pgenough_plans-{version}.dist-info/METADATA").decode()
+    package = {
+        str(path.relative_to(PLAN_SERVICE / "src"))
+        for path in PLANS_PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+    assert not package - names, sorted(package - names)
+    assert {n for n in names if re.search(r"/migrations/\d{4}_\w+\.sql$", n)}
+    assert not [n for n in names if not n.startswith(("pgenough_plans/", "pgenough_plans-"))]
+    requires = email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []
+    assert "pgenough[embedded]" in requires, requires
+    with zipfile.ZipFile(release.wheel) as wheel:  # and the library holds none of it
+        assert not [n for n in wheel.namelist() if "plans" in n.split("/")[0]]
+
+
+def test_the_plan_service_runs_on_the_library_wheel(plans_venv: CoreVenv, server_url: str) -> None:
+    name = f"pgenough_pkg_plans_{uuid.uuid4().hex[:10]}"
+    create_database(server_url, name)
+    try:
+        _plan_service_runs(plans_venv, with_database(server_url, name))
+    finally:
+        drop_database(server_url, name)
+
+
+def _plan_service_runs(plans_venv: CoreVenv, url: str) -> None:
+    env = dict(plans_venv.env, DATABASE_URL=url)
+    shown = plans_venv.plans("--help")
+    check(shown)
+    assert "worker" in shown.stdout and "demo" in shown.stdout
+    migrated = plans_venv.plans("migrate", env=env)
+    check(migrated)
+    assert migrated.stdout.strip().splitlines()[-1].startswith("plan service schema version ")
+    library = plans_venv.pgenough("status", env=env)  # the library's own command, beside it
+    check(library)
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT to_regclass('plans.plans') IS NOT NULL,"
+            " (SELECT array_agg(DISTINCT track ORDER BY track) FROM pgenough.schema_migrations)"
+        ).fetchone()
+    assert found == (True, ["api", "core", "plans", "ui"])

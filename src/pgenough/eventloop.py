@@ -1,8 +1,8 @@
 """The event loop the ``pgenough`` commands run on.
 
-uvloop when it is installed (the ``service`` extra installs it, as ``uvicorn[standard]``
-would), else asyncio's own: it costs less CPU per search and per job (measured in
-docs/benchmarks.md, "API: the cost of one search"); psycopg, psycopg_pool and uvicorn run on
+uvloop when it is installed (the plan service and the dashboard extra install it, as
+``uvicorn[standard]`` would), else asyncio's own: it costs less CPU per search and per job
+(docs/benchmarks.md, "API: the cost of one search"); psycopg, psycopg_pool and uvicorn run on
 either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop (for a platform uvloop does not
 support, or to rule it out); ``uvloop`` insists on it. Library users of ``pgenough.core`` run
 whatever loop their application runs.
@@ -31,7 +31,7 @@ def loop_factory(choice: EventLoopChoice) -> Callable[[], asyncio.AbstractEventL
         if choice == "uvloop":
             raise PgenoughError(
                 "PGENOUGH_EVENT_LOOP=uvloop, but uvloop is not installed:"
-                " pip install 'pgenough[service]', or set PGENOUGH_EVENT_LOOP=auto"
+                " pip install uvloop, or set PGENOUGH_EVENT_LOOP=auto"
             ) from None
         return None
     return uvloop.new_event_loop

@@ -13,8 +13,12 @@ from collections.abc import Iterator
 
 import uvicorn
 
+__all__ = ["GracefulServer"]
+
 
 class GracefulServer(uvicorn.Server):
+    """uvicorn's server, exiting 0 after a graceful stop on SIGTERM or SIGINT."""
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         with super().capture_signals():

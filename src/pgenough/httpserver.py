@@ -14,6 +14,14 @@ from typing import Final
 
 from pgenough.core import PgenoughError
 
+__all__ = [
+    "BACKLOG",
+    "ListenError",
+    "address",
+    "base_url",
+    "listen",
+]
+
 BACKLOG: Final = 2048
 """uvicorn's own default backlog."""
 

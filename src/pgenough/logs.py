@@ -4,7 +4,7 @@ Both formats carry the log context (``pgenough.core.log_context``): ``run_id`` a
 ``provider`` while a run is fetched or processed, ``job_id`` and ``queue`` while a job is
 handled, ``request_id`` while an API request is answered. A JSON line is one object::
 
-    {"ts": "2026-01-31T12:00:00.123Z", "level": "INFO", "logger": "pgenough.plans.fetch",
+    {"ts": "2026-01-31T12:00:00.123Z", "level": "INFO", "logger": "pgenough_plans.ingest.fetch",
      "message": "run 7: fetching ...", "run_id": 7, "provider": "fever"}
 
 with ``exc_info`` (the formatted traceback, a string) when an exception is logged.

@@ -1,17 +1,15 @@
-"""How the ``pgenough`` command shows the operators' read model (``plans.inspect``): rich
-tables and panels built from its dataclasses. Pure: values in, renderables out, no I/O, so
-``cli.py`` stays a dispatcher and ``--json`` bypasses all of this.
+"""How pgenough's commands show its records: rich tables and panels built from the core's
+dataclasses (jobs, queue counts). Pure: values in, renderables out, no I/O, so the commands
+stay dispatchers and ``--json`` bypasses all of this.
 
-The plan service's records are for the type checker only: ``pgenough jobs`` and ``job`` render
-the core's records in an installation without the ``service`` extra, where most of the plan
-service cannot be imported. ``RunStatus`` is imported for real: ``plans.runs`` needs only the
-core."""
+The helpers (``house_table``, ``number_column``, ``text_column``, ``status``, ``duration``, ``ago``,
+``count``, ``short``, ``spaced``...) are public: an application's commands (the plan service's
+``pgenough-plans status``) render their own records in the same house style."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -19,39 +17,46 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import JobRecord, JobState, QueueStats
-from pgenough.plans.runs import RunStatus
+from pgenough.core import JobFailures, JobRecord, JobState, QueueStats
 
-if TYPE_CHECKING:
-    from pgenough.plans.inspect import (
-        Failures,
-        Overview,
-        ProviderSummary,
-        RunDetail,
-        RunSummary,
-    )
+__all__ = [
+    "ERROR_WIDTH",
+    "STATUS_STYLES",
+    "ago",
+    "count",
+    "duration",
+    "house_table",
+    "job_detail",
+    "job_failures_table",
+    "job_line",
+    "jobs_list",
+    "jobs_table",
+    "megabytes",
+    "message",
+    "number_column",
+    "queues_table",
+    "short",
+    "spaced",
+    "stamp",
+    "status",
+    "status_view",
+    "text_column",
+]
 
-RunOf = Callable[[JobRecord], int | None]
-"""Which run a job applies (``plans.inspect.chunk_run``), for the run column of jobs."""
-
-STATUS_STYLES: dict[str, str] = {
-    RunStatus.RUNNING: "cyan",
-    RunStatus.STAGED: "yellow",
-    RunStatus.PROCESSED: "green",
-    RunStatus.FAILED: "bold red",
-    # Job states (core queue).
+STATUS_STYLES: Mapping[str, str] = {
     JobState.READY: "cyan",
     JobState.RUNNING: "yellow",
     JobState.DEAD: "bold red",
     JobState.CANCELLED: "dim",
 }
+"""The style of each job state; an application passes its own statuses' to ``status``."""
 ERROR_WIDTH = 120
 """Errors are cut to this many characters in tables (``--json`` has them whole)."""
 
 
-def _table(*columns: Column | str, title: str) -> Table:
+def house_table(*columns: Column | str, title: str) -> Table:
     """The house style: a header rule and no cell borders, so wide tables fit a terminal.
-    Only ``_text`` columns wrap: ids, states and numbers stay whole on one line."""
+    Only ``text_column`` columns wrap: ids, states and numbers stay whole on one line."""
     return Table(
         *(Column(c, no_wrap=True) if isinstance(c, str) else c for c in columns),
         title=title,
@@ -64,19 +69,20 @@ def _table(*columns: Column | str, title: str) -> Table:
     )
 
 
-def _text(header: str) -> Column:
+def text_column(header: str) -> Column:
     """A column of free text (reasons, errors), last in its table: on a narrow terminal it
     is the one that wraps."""
     return Column(header, min_width=20, overflow="fold")
 
 
-def _num(header: str) -> Column:
+def number_column(header: str) -> Column:
     """A column of numbers: right-aligned, so magnitudes line up."""
     return Column(header, justify="right", no_wrap=True)
 
 
-def status(value: str) -> Text:
-    return Text(value, style=STATUS_STYLES.get(value, ""))
+def status(value: str, styles: Mapping[str, str] = STATUS_STYLES) -> Text:
+    """A state or status, in its style (``styles``: which style each value has)."""
+    return Text(value, style=styles.get(value, ""))
 
 
 def duration(seconds: float) -> str:
@@ -119,90 +125,42 @@ def short(text: str | None, width: int = ERROR_WIDTH) -> str:
 # -- pgenough status ------------------------------------------------------------------------
 
 
-def _spaced(parts: Sequence[RenderableType]) -> Group:
+def spaced(parts: Sequence[RenderableType]) -> Group:
     """Sections one blank line apart."""
-    spaced: list[RenderableType] = []
+    lines: list[RenderableType] = []
     for part in parts:
-        spaced.extend([part, Text("")] if part is not parts[-1] else [part])
-    return Group(*spaced)
+        lines.extend([part, Text("")] if part is not parts[-1] else [part])
+    return Group(*lines)
 
 
-def overview(view: Overview) -> RenderableType:
-    notes = provider_notes(view.providers, view.window)
-    parts: list[RenderableType] = [
-        Group(providers_table(view.providers, view.at), *notes),
-        queues_table(view.queues),
-        failures_table(view.failures, view.window),
-    ]
-    processed = sum(p.plans for p in view.throughput)
-    if processed:
-        parts.append(
-            Text(
-                f"plans processed in the last {duration(view.window)}: {processed:,}, in"
-                f" {len(view.throughput)} minute(s) with work"
-            )
-        )
-    return _spaced(parts)
+def status_view(queues: Sequence[QueueStats], failures: JobFailures, window: float) -> Group:
+    """``pgenough status``: every queue's depth, and what failed in the last ``window``."""
+    return spaced([queues_table(queues), job_failures_table(failures, window)])
 
 
-def providers_table(providers: Sequence[ProviderSummary], now: datetime) -> Table:
-    table = _table(
-        "provider",
-        _num("run"),
-        "status",
-        _num("age"),
-        _num("staged"),
-        _num("skipped"),
-        _num("written"),
-        _num("plans/s"),
-        _num("last success"),
-        title="providers",
+def job_failures_table(failures: JobFailures, window: float) -> Table:
+    table = house_table(
+        number_column("jobs dead"),
+        number_column("failed attempts"),
+        title=f"failures in the last {duration(window)}",
     )
-    for p in providers:
-        table.add_row(
-            p.provider,
-            str(p.last_run_id),
-            status(p.last_status),
-            duration(p.last_age),
-            count(p.plans_staged),
-            count(p.plans_skipped),
-            count(p.plans_written),
-            "-" if p.throughput is None else f"{p.throughput:,.0f}",
-            ago(p.last_success_at, now),
+    table.add_row(
+        *(
+            Text(count(n), style="bold red" if n else "")
+            for n in (failures.dead, failures.attempts_failed)
         )
-    if not providers:
-        table.caption = "no runs yet: `pgenough worker fetch` starts one"
+    )
     return table
 
 
-def provider_notes(providers: Sequence[ProviderSummary], window: float) -> list[Text]:
-    """A line under the table for each provider that needs a look: why its last run failed,
-    rows it could not write, runs it failed lately. Too long for a column, too important to
-    cut."""
-    notes = []
-    for p in providers:
-        says = []
-        if p.last_reason:
-            says.append(f"run {p.last_run_id}: {short(p.last_reason)}")
-        if p.rows_failed:
-            says.append(f"{p.rows_failed:,} row(s) of run {p.last_run_id} could not be written")
-        if p.runs_failed:
-            says.append(f"{p.runs_failed} run(s) failed in the last {duration(window)}")
-        if says:
-            note = Text(f"  {p.provider}: ", style="bold")
-            note.append("; ".join(says), style="red")
-            notes.append(note)
-    return notes
-
-
 def queues_table(queues: Sequence[QueueStats]) -> Table:
-    table = _table(
+    table = house_table(
         "queue",
-        _num("ready"),
-        _num("scheduled"),
-        _num("running"),
-        _num("dead"),
-        _num("oldest ready"),
+        number_column("ready"),
+        number_column("scheduled"),
+        number_column("running"),
+        number_column("dead"),
+        number_column("oldest ready"),
         title="queues",
     )
     for q in queues:
@@ -219,179 +177,18 @@ def queues_table(queues: Sequence[QueueStats]) -> Table:
     return table
 
 
-def failures_table(failures: Failures, window: float) -> Table:
-    table = _table(
-        _num("runs failed"),
-        _num("rows failed"),
-        _num("jobs dead"),
-        _num("failed job attempts"),
-        title=f"failures in the last {duration(window)}",
-    )
-    table.add_row(
-        *(
-            Text(count(n), style="bold red" if n else "")
-            for n in (
-                failures.runs_failed,
-                failures.rows_failed,
-                failures.jobs_dead,
-                failures.job_attempts_failed,
-            )
-        )
-    )
-    return table
-
-
-# -- pgenough runs / run --------------------------------------------------------------------
-
-
-def runs_table(runs: Sequence[RunSummary], now: datetime, title: str = "runs") -> Table:
-    table = _table(
-        _num("run"),
-        "provider",
-        "status",
-        _num("age"),
-        _num("took"),
-        _num("MB"),
-        _num("staged"),
-        _num("skipped"),
-        _num("written"),
-        _num("bad rows"),
-        _num("chunks"),
-        _text("reason"),
-        title=title,
-    )
-    for r in runs:
-        table.add_row(
-            str(r.id),
-            r.provider,
-            status(r.status),
-            duration((now - r.started_at).total_seconds()),
-            duration(r.duration),
-            megabytes(r.bytes),
-            count(r.plans_staged),
-            count(r.plans_skipped),
-            count(r.plans_written),
-            count(r.rows_failed),
-            f"{r.chunks_done}/{count(r.chunks_total)}",
-            short(r.reason),
-        )
-    if not runs:
-        table.caption = "none"
-    return table
-
-
-def run_detail(run: RunDetail, now: datetime) -> RenderableType:
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
-    for name, value in (
-        ("run", str(run.id)),
-        ("provider", run.provider),
-        ("url", run.url),
-        ("status", status(run.status)),
-        ("reason", Text(run.reason or "", style="red")),
-        ("doing", run.phase if run.status == RunStatus.RUNNING and run.phase else ""),
-        ("owner", run.owner),
-        ("feed variant", run.variant or "-"),
-        ("started", f"{run.started_at.isoformat()} ({ago(run.started_at, now)})"),
-        ("staged", _at(run.staged_at, run.started_at)),
-        ("processed", _at(run.processed_at, run.started_at)),
-        ("failed", _at(run.failed_at, run.started_at)),
-        ("last heartbeat", ago(run.heartbeat_at, now)),
-        ("took", duration(run.duration)),
-        ("downloaded", f"{megabytes(run.bytes)} MB"),
-        (
-            "plans",
-            f"{run.plans_staged:,} staged, {run.plans_skipped:,} skipped,"
-            f" {run.plans_duplicate:,} duplicate, {run.plans_written:,} written,"
-            f" {run.rows_failed:,} rows failed",
-        ),
-        ("chunks", f"{run.chunks_done}/{count(run.chunks_total)} done"),
-    ):
-        if str(value):
-            facts.add_row(name, value)
-    parts: list[RenderableType] = [facts, attempts_table(run.attempts)]
-    if run.skip_samples:
-        parts.append(skipped_table(run.skip_samples, run.plans_skipped))
-    if run.row_failures or run.rows_failed:
-        parts.append(row_failures_table(run))
-    if run.jobs:
-        parts.append(jobs_table(run.jobs, now, title="chunk jobs still queued"))
-    return _spaced(parts)
-
-
-def _at(when: datetime | None, start: datetime) -> str:
-    """When, and how long after the run started (the timings an operator compares)."""
-    if when is None:
-        return ""
-    return f"{when.isoformat()} (+{duration((when - start).total_seconds())})"
-
-
-def attempts_table(attempts: Sequence[dict[str, Any]]) -> Table:
-    table = _table(
-        _num("#"),
-        "at",
-        _num("took"),
-        _num("HTTP"),
-        _num("MB"),
-        _num("retry in"),
-        _text("error"),
-        title="HTTP attempts",
-    )
-    for a in attempts:
-        retry_in = a.get("retry_in")
-        table.add_row(
-            str(a.get("number", "")),
-            str(a.get("at", "")),
-            f"{float(a.get('duration', 0)):.2f}s",
-            str(a.get("status") or "-"),
-            megabytes(int(a.get("bytes", 0))),
-            "-" if retry_in is None else f"{float(retry_in):.1f}s",
-            short(a.get("error")),
-        )
-    if not attempts:
-        table.caption = "none recorded"
-    return table
-
-
-def skipped_table(samples: Sequence[dict[str, Any]], skipped: int) -> Table:
-    table = _table(
-        _text("reason"),
-        "base_plan_id",
-        "plan_id",
-        title=f"skipped records ({len(samples)} of {skipped:,} shown)",
-    )
-    for s in samples:
-        table.add_row(short(s.get("reason")), s.get("base_plan_id") or "", s.get("plan_id") or "")
-    return table
-
-
-def row_failures_table(run: RunDetail) -> Table:
-    table = _table(
-        _num("seq"),
-        "base_plan_id",
-        "plan_id",
-        _text("error"),
-        title=f"rows that could not be written ({len(run.row_failures)} of"
-        f" {run.rows_failed:,} shown)",
-    )
-    for f in run.row_failures:
-        table.add_row(str(f.seq), f.base_plan_id or "", f.plan_id or "", short(f.error))
-    return table
-
-
 # -- jobs: pgenough jobs / job / failures / run / retry / discard ---------------------------
 
 
 def jobs_table(jobs: Sequence[JobRecord], now: datetime, title: str = "failing jobs") -> Table:
-    table = _table(
-        _num("job"),
+    table = house_table(
+        number_column("job"),
         "queue",
         "kind",
         "state",
-        _num("attempts"),
-        _num("when"),
-        _text("last error"),
+        number_column("attempts"),
+        number_column("when"),
+        text_column("last error"),
         title=title,
     )
     for j in jobs:
@@ -409,31 +206,26 @@ def jobs_table(jobs: Sequence[JobRecord], now: datetime, title: str = "failing j
     return table
 
 
-def jobs_list(
-    jobs: Sequence[JobRecord], now: datetime, *, run_of: RunOf, more: bool = False
-) -> Table:
+def jobs_list(jobs: Sequence[JobRecord], now: datetime, *, more: bool = False) -> Table:
     """``pgenough jobs``: every column an operator browses by, the worker and lease of a
-    running job, the run of a chunk job; ``more`` when the limit cut the list."""
-    table = _table(
-        _num("job"),
+    running job; ``more`` when the limit cut the list."""
+    table = house_table(
+        number_column("job"),
         "queue",
         "kind",
-        _num("run"),
         "state",
-        _num("attempts"),
-        _num("when"),
+        number_column("attempts"),
+        number_column("when"),
         "worker",
-        _num("lease"),
-        _text("last error"),
+        number_column("lease"),
+        text_column("last error"),
         title="jobs",
     )
     for j in jobs:
-        run = run_of(j)
         table.add_row(
             str(j.id),
             j.queue,
             j.kind,
-            "-" if run is None else str(run),
             status(j.state),
             f"{j.attempts}/{j.max_attempts}",
             _job_when(j, now),
@@ -448,31 +240,31 @@ def jobs_list(
     return table
 
 
-def job_detail(job: JobRecord, now: datetime, run_of: RunOf) -> RenderableType:
+def job_detail(job: JobRecord, now: datetime) -> RenderableType:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
-    run = run_of(job)
     for name, value in (
         ("job", str(job.id)),
         ("queue", job.queue),
         ("kind", job.kind),
-        ("run", "" if run is None else str(run)),
         ("state", status(job.state)),
         ("priority", str(job.priority)),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("dedupe key", job.dedupe_key or ""),
-        ("created", _stamp(job.created_at, now)),
-        ("run at", _stamp(job.run_at, now)),
-        ("claimed", _stamp(job.claimed_at, now)),
+        ("created", stamp(job.created_at, now)),
+        ("run at", stamp(job.run_at, now)),
+        ("claimed", stamp(job.claimed_at, now)),
         ("worker", job.worker or ""),
-        ("lease until", _stamp(job.lease_until, now)),
-        ("finished", _stamp(job.finished_at, now)),
+        ("lease until", stamp(job.lease_until, now)),
+        ("finished", stamp(job.finished_at, now)),
         ("last error", Text(job.last_error or "", style="red")),
     ):
         if str(value):
             facts.add_row(name, value)
-    errors = _table(_num("attempt"), "at", "worker", _text("error"), title="errors")
+    errors = house_table(
+        number_column("attempt"), "at", "worker", text_column("error"), title="errors"
+    )
     for e in job.errors:
         # Whole, not cut: this is where an operator reads a traceback.
         errors.add_row(
@@ -481,10 +273,10 @@ def job_detail(job: JobRecord, now: datetime, run_of: RunOf) -> RenderableType:
     if not job.errors:
         errors.caption = "no failed attempt recorded"
     payload = Group(Text("payload", style="bold"), JSON.from_data(job.payload, sort_keys=True))
-    return _spaced([facts, payload, errors])
+    return spaced([facts, payload, errors])
 
 
-def _stamp(when: datetime | None, now: datetime) -> str:
+def stamp(when: datetime | None, now: datetime) -> str:
     """An instant and how far it is from now, either way."""
     if when is None:
         return ""
@@ -498,17 +290,6 @@ def _lease(job: JobRecord, now: datetime) -> str:
         return "-"
     left = (job.lease_until - now).total_seconds()
     return f"{duration(left)} left" if left > 0 else f"expired {duration(-left)} ago"
-
-
-def failures(
-    jobs: Sequence[JobRecord], runs: Sequence[RunSummary], window: float, now: datetime
-) -> RenderableType:
-    return _spaced(
-        [
-            jobs_table(jobs, now),
-            runs_table(runs, now, title=f"runs failed in the last {duration(window)}"),
-        ]
-    )
 
 
 def message(text: str) -> Text:

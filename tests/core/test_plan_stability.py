@@ -46,7 +46,7 @@ from pgenough.core import (
 )
 from pgenough.core.queue import complete_many
 from pgenough.core.worker import _Executor
-from pgenough.plans.process import PLANS_QUEUE
+from pgenough_plans.ingest.process import PLANS_QUEUE
 
 pytestmark = pytest.mark.db
 

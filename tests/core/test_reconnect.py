@@ -2,7 +2,8 @@
 policy (``core.retry.Reconnect``): the claim loop after its backend is terminated, the
 periodic scheduler after the database was unreachable, a subscription whose first connect
 fails. (The listener's return is in test_worker_run.py, pub/sub's in test_pubsub.py, the
-API cache's in tests/api/test_cache.py, the dashboard's in tests/ui/test_live.py.) Every
+API cache's in tests/plan_service/api/test_cache.py, the dashboard's in
+tests/plan_service/ui/test_live.py.) Every
 wait is on an event or a polled condition with a deadline."""
 
 from __future__ import annotations

@@ -404,7 +404,7 @@ def socket_nobody_listens_on() -> Any:
 
 
 def test_worker_process_is_the_plan_services_app() -> None:
-    from pgenough.plans import process
+    from pgenough_plans.ingest import process
 
     assert set(process.app.tasks) == {"apply_chunk", "pgenough.plans.reap", "pgenough.plans.vacuum"}
     assert process.app.queues == ["plans"]

@@ -24,11 +24,12 @@ import psycopg
 
 from pgenough.core import migrate
 from pgenough.core.db import create_database, with_database
-from pgenough.plans.store import MIGRATIONS as PLANS_MIGRATIONS
+from pgenough_plans.ingest.store import MIGRATIONS as PLANS_MIGRATIONS
 from tests.helpers import netns, standby
 from tests.helpers.procs import ROOT, Proc
 
 PGENOUGH = str(Path(sys.executable).with_name("pgenough"))
+PLANS = str(Path(sys.executable).with_name("pgenough-plans"))
 
 
 def skip_unless_available() -> None:
@@ -84,6 +85,10 @@ class Hosts:
     def pgenough(self, host: str, env: dict[str, str], *args: str) -> Proc:
         """``pgenough *args`` in worker host ``host``, its log among the lines to expect."""
         return self.start(host, env, PGENOUGH, *args)
+
+    def plans(self, host: str, env: dict[str, str], *args: str) -> Proc:
+        """``pgenough-plans *args`` in worker host ``host``."""
+        return self.start(host, env, PLANS, *args)
 
     def cut(self, host: str, link: int = 0) -> float:
         """Cut ``host``'s ``link``; when (``time.monotonic()``)."""

@@ -34,8 +34,8 @@ from typing import Final
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.api.helpers import free_port
 from tests.helpers.requirements import skip_unless
+from tests.plan_service.api.helpers import free_port
 
 REQUIRE: Final = "PGENOUGH_REQUIRE_PGBOUNCER"
 DEFAULT_USER: Final = "postgres"

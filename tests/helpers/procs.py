@@ -22,12 +22,18 @@ class Proc:
         self._start([sys.executable, "-m", "tests.helpers.proc", mode, *args], env)
 
     @classmethod
-    def pgenough(cls, env: dict[str, str], *args: str) -> Proc:
-        """``pgenough *args``, its stderr (the log) among the lines ``expect`` waits for."""
+    def pgenough(cls, env: dict[str, str], *args: str, program: str = "pgenough") -> Proc:
+        """``pgenough *args`` (or ``program``'s), its stderr (the log) among the lines
+        ``expect`` waits for."""
         proc = cls.__new__(cls)
-        command = str(Path(sys.executable).with_name("pgenough"))  # the installed entry point
+        command = str(Path(sys.executable).with_name(program))  # the installed entry point
         proc._start([command, *args], env, merge_stderr=True)
         return proc
+
+    @classmethod
+    def plans(cls, env: dict[str, str], *args: str) -> Proc:
+        """``pgenough-plans *args``: the plan service's command."""
+        return cls.pgenough(env, *args, program="pgenough-plans")
 
     def _start(self, argv: list[str], env: dict[str, str], merge_stderr: bool = False) -> None:
         self.popen = subprocess.Popen(

@@ -51,9 +51,9 @@ from typing import Final
 
 import psycopg
 
-from pgenough.api import replica
-from tests.api.helpers import free_port
+from pgenough_plans.api import replica
 from tests.helpers.requirements import skip_unless
+from tests.plan_service.api.helpers import free_port
 
 BIN: Final = Path("/usr/lib/postgresql/15/bin")
 REQUIRE: Final = "PGENOUGH_REQUIRE_STANDBY"
@@ -152,7 +152,7 @@ class StandbyPair:
         return [self.url(port) for port in self.standby_ports]
 
     def standby_label(self, i: int = 0) -> str:
-        """How the API names standby ``i`` (``pgenough.api.replica.label_of``)."""
+        """How the API names standby ``i`` (``pgenough_plans.api.replica.label_of``)."""
         return replica.label_of(self.url(self.standby_ports[i]))
 
     def _run(self, *args: str) -> None:
@@ -245,7 +245,7 @@ class StandbyPair:
 
     def wait_replayed(self, timeout: float = TIMEOUT, i: int | None = None) -> None:
         """Until standby ``i`` (None: every running one) has replayed everything the primary
-        has inserted so far (the product's own measure, ``pgenough.api.replica``)."""
+        has inserted so far (the product's own measure, ``pgenough_plans.api.replica``)."""
         for n in range(len(self.standby_dirs)) if i is None else [i]:
             if self.running(n):
                 self._wait_replayed(n, timeout)

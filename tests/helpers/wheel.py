@@ -1,6 +1,7 @@
-"""The release as a user gets it: ``python -m build`` of this checkout (the sdist, then the
-wheel built from that sdist), and the wheel installed with no extras into a fresh virtual
-environment: what ``pip install pgenough`` gives.
+"""The release as a user gets it: ``python -m build`` of this checkout's two distributions
+(for each, the sdist, then the wheel built from that sdist): the library, pgenough, installed
+with no extras into a fresh virtual environment (what ``pip install pgenough`` gives), and
+the plan service, pgenough-plans, installed with the library's wheel into another.
 
 Building and installing take most of the packaging tests' time, so both are done once per
 state of the sources, under .pgenough-test/packaging/<digest>/, and reused by every test
@@ -32,9 +33,19 @@ INSTALL_TIMEOUT = 600
 """Seconds for building or installing: pip may fetch the core's dependencies from the
 registry when its cache lacks them."""
 PACKAGING_CACHE = ROOT / ".pgenough-test" / "packaging"
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "src", "examples")
-"""What the sdist is made of (pyproject.toml's [tool.hatch.build.targets.sdist]): a change to
-any of them is a new build."""
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "src",
+    "examples",
+    "plan-service/pyproject.toml",
+    "plan-service/README.md",
+    "plan-service/src",
+)
+"""What the sdists are made of (each pyproject.toml's [tool.hatch.build.targets.sdist]): a
+change to any of them is a new build."""
+PLAN_SERVICE = ROOT / "plan-service"
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,8 @@ class Release:
     wheel: Path
     build_log: str
     """``python -m build``'s output: it says what each artefact was built from."""
+    plans_sdist: Path
+    plans_wheel: Path
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,11 @@ class CoreVenv:
         self, *args: str, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return self.run(self.bin / "pgenough", *args, env=env)
+
+    def plans(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run(self.bin / "pgenough-plans", *args, env=env)
 
 
 def clean_env() -> dict[str, str]:
@@ -132,9 +150,47 @@ def _built(cache: Path) -> None:
     # and then the wheel *from the sdist*, so the wheel proves the sdist complete.
     log = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", cache / "dist", ROOT)
     (cache / "build.log").write_text(log)
+    plans = cache / "plans-dist"
+    log = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", plans, PLAN_SERVICE)
+    (cache / "plans-build.log").write_text(log)
     [wheel] = (cache / "dist").glob("pgenough-*.whl")
     run(sys.executable, "-m", "venv", cache / "venv")
     run(cache / "venv" / "bin" / "python", "-m", "pip", "install", "--quiet", wheel)
+
+
+def _plans_venv(cache: Path) -> Path:
+    """The plan service's wheel installed with this checkout's pgenough wheel (not one from
+    the index) into ``cache``/plans-venv, made once."""
+    venv = cache / "plans-venv"
+    with FileLock(cache / "plans-venv.lock"):
+        if not (venv / "ready").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            env = clean_env()
+            for args in (
+                [sys.executable, "-m", "venv", venv],
+                [
+                    venv / "bin" / "python",
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--find-links",
+                    cache / "dist",
+                    *(cache / "plans-dist").glob("pgenough_plans-*.whl"),
+                ],
+            ):
+                check(
+                    subprocess.run(
+                        [str(a) for a in args],
+                        cwd=cache,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=INSTALL_TIMEOUT,
+                    )
+                )
+            (venv / "ready").touch()
+    return venv
 
 
 def release_dir() -> Path:
@@ -164,7 +220,15 @@ def release_fixture() -> Release:
     cache = release_dir()
     [sdist] = (cache / "dist").glob("pgenough-*.tar.gz")
     [wheel] = (cache / "dist").glob("pgenough-*.whl")
-    return Release(sdist=sdist, wheel=wheel, build_log=(cache / "build.log").read_text())
+    [plans_sdist] = (cache / "plans-dist").glob("pgenough_plans-*.tar.gz")
+    [plans_wheel] = (cache / "plans-dist").glob("pgenough_plans-*.whl")
+    return Release(
+        sdist=sdist,
+        wheel=wheel,
+        build_log=(cache / "build.log").read_text(),
+        plans_sdist=plans_sdist,
+        plans_wheel=plans_wheel,
+    )
 
 
 @pytest.fixture(scope="session", name="core_venv")
@@ -175,6 +239,13 @@ def core_venv_fixture(tmp_path_factory: pytest.TempPathFactory) -> CoreVenv:
     return CoreVenv(
         bin=cache / "venv" / "bin", cwd=tmp_path_factory.mktemp("packaging"), env=clean_env()
     )
+
+
+@pytest.fixture(scope="session", name="plans_venv")
+def plans_venv_fixture(tmp_path_factory: pytest.TempPathFactory) -> CoreVenv:
+    """The plan service's wheel and this checkout's pgenough wheel, in a new environment."""
+    venv = _plans_venv(release_dir())
+    return CoreVenv(bin=venv / "bin", cwd=tmp_path_factory.mktemp("plans"), env=clean_env())
 
 
 @pytest.fixture(scope="module", name="core_db")

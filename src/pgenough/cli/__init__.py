@@ -1,42 +1,83 @@
-"""The ``pgenough`` command. Each command reads options and settings, calls one function, and
-turns pgenough's errors into a one-line message and a non-zero exit.
+"""The ``pgenough`` command, and the toolkit an application's own command is built with.
 
-This module imports only the messaging core and what its commands need, so that
-``pgenough`` works where only the core is installed (``pip install pgenough``). The plan
-service, the API and uvicorn are imported by the commands that use them, inside
-``_needs_service``: without the ``service`` extra such a command says in one line what to
-install.
+``pgenough`` needs only the core (``pip install pgenough``); ``pgenough dashboard`` needs the
+``dashboard`` extra and says so in one line without it. Each command reads options and
+settings, calls one function, and turns pgenough's errors into a one-line message and a
+non-zero exit: 1 for a runtime error, 2 for bad usage or configuration.
+
+The other public names are that toolkit: an application built on pgenough (the plan
+service's ``pgenough-plans``) makes its own typer app with them, so that its settings, errors,
+exit codes, logging and ``--json`` behave as pgenough's (docs: "Your own commands").
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from typing import NoReturn
 
-import typer
+from pgenough.cli import core
+from pgenough.cli.base import (
+    BIGINT_MAX,
+    app,
+    common_options,
+    console_script,
+    database_url,
+    err,
+    extra_missing,
+    fail,
+    finite,
+    load_settings,
+    needs_extra,
+    out,
+    run,
+    say_error,
+    setup_logging,
+    undecodable,
+)
+from pgenough.cli.inspecting import INSPECT_PANEL, JsonOption, inspect, now, show
+from pgenough.cli.workers import (
+    MetricsPortOption,
+    ready_pool,
+    serve_metrics,
+    session_pool,
+    worker_app,
+)
+from pgenough.jsonable import as_json
 
-# typer (0.29) vendors click: its usage errors are these classes, not click's.
-from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
-
-from pgenough.cli import core, plans, servers
-from pgenough.cli.base import BIGINT_MAX, _run, _say_error, _undecodable, app
-from pgenough.cli.inspecting import INSPECT_PANEL
-from pgenough.cli.workers import worker_app
-
-__all__ = ["BIGINT_MAX", "_run", "app", "main"]
+__all__ = [
+    "BIGINT_MAX",
+    "INSPECT_PANEL",
+    "JsonOption",
+    "MetricsPortOption",
+    "app",
+    "as_json",
+    "common_options",
+    "console_script",
+    "database_url",
+    "err",
+    "extra_missing",
+    "fail",
+    "finite",
+    "inspect",
+    "load_settings",
+    "main",
+    "needs_extra",
+    "now",
+    "out",
+    "ready_pool",
+    "run",
+    "say_error",
+    "serve_metrics",
+    "session_pool",
+    "setup_logging",
+    "show",
+    "undecodable",
+]
 
 # Registered here, in the order `pgenough --help` lists them.
 app.add_typer(worker_app, name="worker")
 app.command("migrate")(core.migrate_cmd)
-app.command()(servers.demo)
 worker_app.command("run")(core.worker_run)
-worker_app.command("fetch")(plans.worker_fetch)
-worker_app.command("process")(plans.worker_process)
-app.command("api")(servers.api_cmd)
-app.command("provider-sim")(servers.provider_sim)
-app.command("status", rich_help_panel=INSPECT_PANEL)(plans.status_cmd)
-app.command("runs", rich_help_panel=INSPECT_PANEL)(plans.runs_cmd)
-app.command("run", rich_help_panel=INSPECT_PANEL)(plans.run_cmd)
+app.command("status", rich_help_panel=INSPECT_PANEL)(core.status_cmd)
 app.command("failures", rich_help_panel=INSPECT_PANEL)(core.failures_cmd)
 app.command("jobs", rich_help_panel=INSPECT_PANEL)(core.jobs_cmd)
 app.command("job", rich_help_panel=INSPECT_PANEL)(core.job_cmd)
@@ -45,23 +86,6 @@ app.command("discard", rich_help_panel=INSPECT_PANEL)(core.discard_cmd)
 app.command("requeue-stuck", rich_help_panel=INSPECT_PANEL)(core.requeue_stuck_cmd)
 
 
-def main() -> None:
-    """The console script: click's usage errors become one line like every other error."""
-    for arg in sys.argv[1:]:
-        if _undecodable(arg):
-            _say_error(f"argument {os.fsencode(arg)!r} is not valid UTF-8")
-            sys.exit(2)
-    try:
-        code = app(standalone_mode=False)
-    except NoArgsIsHelpError as exc:
-        exc.show()  # the help text, as `pgenough` alone has always shown
-        sys.exit(exc.exit_code)
-    except ClickException as exc:
-        ctx = exc.ctx if isinstance(exc, UsageError) else None
-        where = f"{ctx.command_path}: " if ctx is not None else ""
-        _say_error(f"{where}{exc.format_message()}")
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        _say_error("aborted")
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+def main() -> NoReturn:
+    """The ``pgenough`` console script."""
+    console_script(app)

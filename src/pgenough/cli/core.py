@@ -1,132 +1,94 @@
-"""The messaging core's commands: ``migrate``, ``worker run``, and inspecting and repairing
-jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``). They work
-where only the core is installed (``failures`` adds the plan service's failed runs where it
-is installed)."""
+"""pgenough's commands: ``migrate``, ``worker run``, ``status``, and inspecting and repairing
+jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``). They need
+only the core (``pip install pgenough``)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated
 
 import typer
 
 from pgenough import render
 from pgenough.cli.base import (
     BIGINT_MAX,
-    _extra_missing,
-    _fail,
-    _finite,
-    _needs_service,
-    _run,
-    _settings,
-    _setup_logging,
+    fail,
+    finite,
+    load_settings,
     out,
+    run,
+    setup_logging,
 )
-from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
-from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
+from pgenough.cli.inspecting import JsonOption, inspect, now, show
+from pgenough.cli.workers import MetricsPortOption, ready_pool, serve_metrics
 from pgenough.core import (
     JOB_STATES,
     AppNotFound,
-    MigrationSet,
+    JobFailures,
+    QueueStats,
     get_job,
+    job_failures,
     list_jobs,
     load_app,
     migrate,
     open_pool,
     parse_job_state,
+    queue_stats,
     repair,
     schema_version,
 )
 from pgenough.core.statements import AsyncConn
 from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
+from pgenough.settings import Settings
+
+STATUS_WINDOW = 3600.0
+"""Seconds of failures ``pgenough status`` counts."""
 
 
-def _service_layers() -> Sequence[MigrationSet]:
-    """The schema layers above the core that this installation ships: the plan service's
-    and the API's, or none where only the core is installed, so that a queue user's
-    ``pgenough migrate`` creates the queue's tables and never the plan service's."""
-    try:
-        from pgenough.api import MIGRATIONS  # FastAPI: slow to import
-    except ModuleNotFoundError as exc:
-        if not _extra_missing(exc):
-            raise
-        return ()
-    return MIGRATIONS
+def migrate_cmd() -> None:
+    """Create or upgrade pgenough's schema (safe when replicas run it at the same time)."""
+    settings = load_settings(Settings)
+    setup_logging(settings)
 
-
-def _run_of() -> render.RunOf:
-    """Which run a job applies (a chunk job of the plan service); where only the core is
-    installed there are no chunk jobs, so no job applies one."""
-    try:
-        from pgenough.plans.inspect import chunk_run
-    except ModuleNotFoundError as exc:
-        if not _extra_missing(exc):
-            raise
-        return lambda job: None
-    return chunk_run
-
-
-def migrate_cmd(
-    api_role: Annotated[
-        str | None,
-        typer.Option(
-            "--api-role",
-            help="Also create (or tighten) this login role for `pgenough api`: it may only"
-            " read pgenough.plans.",
-        ),
-    ] = None,
-    api_password: Annotated[
-        str | None,
-        typer.Option(
-            "--api-password",
-            envvar="PGENOUGH_API_ROLE_PASSWORD",
-            help="Password to set on the API role (or PGENOUGH_API_ROLE_PASSWORD).",
-        ),
-    ] = None,
-) -> None:
-    """Create or upgrade the schema (safe when replicas run it at the same time)."""
-    settings = _settings()
-    _setup_logging(settings)
-    if api_password is not None and not api_role:
-        _fail("--api-password needs --api-role", code=2)
-    if api_role:
-        with _needs_service():  # the role is the API's, and reads the plan service's tables
-            from pgenough.api import grant_api_role
-
-    async def main() -> tuple[int, list[str], bool | None]:
-        pool = await open_pool(
-            settings.resolve_database_url(),
-            max_size=1,
-            name="pgenough-migrate",
-        )
+    async def main() -> tuple[int, list[str]]:
+        pool = await open_pool(settings.resolve_database_url(), max_size=1, name="pgenough-migrate")
         try:
             async with pool.connection() as conn:
-                applied = await migrate(conn, _service_layers())
-                created = None
-                if api_role:
-                    created = await grant_api_role(conn, api_role, api_password)
+                applied = await migrate(conn)
                 return (
                     await schema_version(conn),
                     [f"{m.track}/{m.version:04d}_{m.name}" for m in applied],
-                    created,
                 )
         finally:
             await pool.close()
 
-    version, applied, created = _run(main, settings)
+    version, applied = run(main, settings)
     for name in applied:
         out.print(f"applied {name}")
-    if api_role:
-        verb = "created" if created else "updated"
-        out.print(
-            f"API role {api_role} {verb}: CONNECT, USAGE on schema pgenough,"
-            " SELECT on pgenough.plans and pgenough.api_secrets",
-            soft_wrap=True,
-            highlight=False,
-        )
     out.print(f"schema version {version}")
+
+
+@dataclass(frozen=True)
+class Status:
+    """What ``pgenough status`` shows (and prints with ``--json``)."""
+
+    window: float
+    queues: list[QueueStats]
+    failures: JobFailures
+
+
+def status_cmd(as_json: JsonOption = False) -> None:
+    """Every queue (ready, scheduled, running, dead, oldest ready) and the last hour's failures."""
+
+    async def read(conn: AsyncConn) -> Status:
+        return Status(
+            STATUS_WINDOW, await queue_stats(conn), await job_failures(conn, STATUS_WINDOW)
+        )
+
+    found = inspect("status", read)
+    show(found, as_json, lambda: render.status_view(found.queues, found.failures, found.window))
 
 
 def _queue_option(values: list[str] | None) -> dict[str, int | None] | None:
@@ -176,7 +138,7 @@ def worker_run(
         float | None,
         typer.Option(
             min=0,
-            callback=_finite,
+            callback=finite,
             help="On SIGTERM, seconds running jobs get to finish (default: settings).",
         ),
     ] = None,
@@ -190,20 +152,20 @@ def worker_run(
     finish (up to the shutdown timeout), then cancels the async ones and hands them back; a
     plain function (a thread) cannot be stopped and is waited for. Exit 0 once stopped, 1 on a
     runtime error, 2 on bad usage or configuration."""
-    settings = _settings()
-    _setup_logging(settings)
+    settings = load_settings(Settings)
+    setup_logging(settings)
     queues = _queue_option(queue)
     try:
         app = load_app(app_spec)
     except AppNotFound as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     overrides: dict[str, object] = {}
     if shutdown_timeout is not None:
         overrides["shutdown_timeout"] = shutdown_timeout
     if batch_size is not None:
         overrides["batch_size"] = batch_size
     config = settings.worker_config(**overrides)
-    _serve_metrics(settings, metrics_port)
+    serve_metrics(settings, metrics_port)
     log = logging.getLogger("pgenough.cli")
     if app.eager:
         log.warning(
@@ -214,7 +176,7 @@ def worker_run(
 
     async def main() -> int:
         name = f"worker-{uuid.uuid4().hex[:12]}"
-        pool = await _ready_core_pool(settings, name, layers=app.migrations)
+        pool = await ready_pool(settings, name, layers=app.migrations)
         try:
             worker = app.worker(
                 pool,
@@ -246,7 +208,7 @@ def worker_run(
         finally:
             await pool.close()
 
-    raise typer.Exit(_run(main, settings))
+    raise typer.Exit(run(main, settings))
 
 
 def jobs_cmd(
@@ -268,14 +230,13 @@ def jobs_cmd(
         try:
             wanted = parse_job_state(state.lower())
         except ValueError as exc:
-            _fail(f"--{exc}", code=2)
-    jobs = _inspect(
+            fail(f"--{exc}", code=2)
+    jobs = inspect(
         "jobs",
         lambda conn: list_jobs(conn, state=wanted, queue=queue, limit=limit, before=before),
     )
     more = len(jobs) == limit
-    run_of = _run_of()
-    _show(jobs, as_json, lambda: render.jobs_list(jobs, _now(), run_of=run_of, more=more))
+    show(jobs, as_json, lambda: render.jobs_list(jobs, now(), more=more))
 
 
 def job_cmd(
@@ -285,53 +246,20 @@ def job_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """One job: state, attempts, times, worker and lease, payload, every recorded error."""
-    job = _inspect("job", lambda conn: get_job(conn, job_id))
+    job = inspect("job", lambda conn: get_job(conn, job_id))
     if job is None:
-        _fail(f"job {job_id} not found (completed jobs are deleted; it may have finished)")
-    run_of = _run_of()
-    _show(job, as_json, lambda: render.job_detail(job, _now(), run_of))
+        fail(f"job {job_id} not found (completed jobs are deleted; it may have finished)")
+    show(job, as_json, lambda: render.job_detail(job, now()))
 
 
 def failures_cmd(
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
-    limit: Annotated[
-        int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs and runs.")
-    ] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """Failing jobs with their last error (dead, or waiting to retry), and, where the plan
-    service is installed, the runs that failed in the last hour."""
-    failed_runs = _failed_runs()
-
-    async def both(conn: AsyncConn) -> dict[str, Any]:
-        found: dict[str, Any] = {
-            "jobs": await list_jobs(conn, queue=queue, failing=True, limit=limit)
-        }
-        if failed_runs is not None:
-            window, runs = failed_runs
-            found.update(window=window, runs=await runs(conn, limit=limit))
-        return found
-
-    found = _inspect("failures", both)
-    if "runs" not in found:  # a core-only install: jobs are all there is
-        _show(found, as_json, lambda: render.jobs_table(found["jobs"], _now()))
-        return
-    _show(
-        found,
-        as_json,
-        lambda: render.failures(found["jobs"], found["runs"], found["window"], _now()),
-    )
-
-
-def _failed_runs() -> tuple[float, Callable[..., Awaitable[Any]]] | None:
-    """The plan service's failed runs query and its window, None where only the core is
-    installed (failing jobs are the core's; runs are the plan service's, and their tables
-    exist only where ``pgenough migrate`` has the service's layers to apply)."""
-    if not _service_layers():
-        return None
-    from pgenough.plans import inspect
-
-    return inspect.DEFAULT_WINDOW, inspect.failed_runs
+    """Failing jobs with their last error: dead, or waiting to retry."""
+    jobs = inspect("failures", lambda conn: list_jobs(conn, queue=queue, failing=True, limit=limit))
+    show({"jobs": jobs}, as_json, lambda: render.jobs_table(jobs, now()))
 
 
 def retry_cmd(
@@ -349,16 +277,16 @@ def retry_cmd(
 ) -> None:
     """Make a dead, cancelled or waiting job runnable now (or every dead job)."""
     if (job_id is None) == (not all_dead):
-        _fail("give a job ID or --all-dead (exactly one)", code=2)
+        fail("give a job ID or --all-dead (exactly one)", code=2)
     if queue is not None and not all_dead:
-        _fail("--queue goes with --all-dead", code=2)
+        fail("--queue goes with --all-dead", code=2)
     if job_id is not None:
-        job = _inspect("retry", lambda conn: repair.retry(conn, job_id))
-        _show(job, as_json, lambda: render.job_line("retried", job))
+        job = inspect("retry", lambda conn: repair.retry(conn, job_id))
+        show(job, as_json, lambda: render.job_line("retried", job))
         return
-    retried = _inspect("retry", lambda conn: repair.retry_all_dead(conn, queue))
+    retried = inspect("retry", lambda conn: repair.retry_all_dead(conn, queue))
     where = f" of queue {queue}" if queue else ""
-    _show(
+    show(
         {"retried": retried, "queue": queue},
         as_json,
         lambda: render.message(f"retried {retried} dead job(s){where}"),
@@ -372,14 +300,14 @@ def discard_cmd(
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job that has not finished (it can still be retried until cleaned up)."""
-    job = _inspect("discard", lambda conn: repair.discard(conn, job_id))
-    _show(job, as_json, lambda: render.job_line("discarded", job))
+    job = inspect("discard", lambda conn: repair.discard(conn, job_id))
+    show(job, as_json, lambda: render.job_line("discarded", job))
 
 
 def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
     """Take back now every claim whose lease expired (a worker died holding it)."""
-    result = _inspect("requeue-stuck", repair.requeue_stuck)
-    _show(
+    result = inspect("requeue-stuck", repair.requeue_stuck)
+    show(
         result,
         as_json,
         lambda: render.message(

@@ -1,5 +1,6 @@
-"""What the inspecting and repairing commands share: their help panel, a small pool that
-translates a database without pgenough's schema, and output as tables or one JSON document."""
+"""What the inspecting and repairing commands share (pgenough's and an application's): their
+help panel, a small pool that translates a database without the schema, and output as tables
+or one JSON document."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ import typer
 from rich.console import Console, RenderableType
 
 from pgenough import jsonable
-from pgenough.cli.base import T, _run, _settings, _setup_logging, out
+from pgenough.cli.base import T, load_settings, out, run, setup_logging
 from pgenough.core import DatabaseError, SchemaMissing, open_pool
 from pgenough.core.statements import AsyncConn
 from pgenough.settings import Settings
 
 # These commands never migrate: looking must not change the database, and a repair changes
-# only the jobs it names. Each opens a small pool, calls one function of plans.inspect (or,
-# for jobs, of the core), and prints tables, or with --json exactly one JSON document on
-# stdout.
+# only the jobs it names. Each opens a small pool, calls one read or repair, and prints
+# tables, or with --json exactly one JSON document on stdout.
 
 INSPECT_PANEL = "Inspect and repair"
 PIPED_WIDTH = 200
@@ -35,10 +35,13 @@ JsonOption = Annotated[
 
 
 async def _on_connection(
-    settings: Settings, name: str, action: Callable[[AsyncConn], Awaitable[T]]
+    settings: Settings,
+    name: str,
+    action: Callable[[AsyncConn], Awaitable[T]],
+    migrate_hint: str,
 ) -> T:
     """Run ``action`` on a connection of a two-connection pool, translating what psycopg says
-    about a database without pgenough's tables into what the operator should do."""
+    about a database without the tables into what the operator should do."""
     pool = await open_pool(
         settings.resolve_database_url(),
         max_size=2,
@@ -53,7 +56,7 @@ async def _on_connection(
         psycopg.errors.UndefinedTable,
         psycopg.errors.InvalidSchemaName,
     ) as exc:
-        raise DatabaseError("pgenough's schema is missing: run `pgenough migrate`") from exc
+        raise DatabaseError(f"the schema is missing: run `{migrate_hint}`") from exc
     except psycopg.OperationalError as exc:
         # The connection broke mid-command (server restart, timeout): one line, no traceback.
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -62,13 +65,23 @@ async def _on_connection(
         await pool.close()
 
 
-def _inspect(name: str, action: Callable[[AsyncConn], Awaitable[T]]) -> T:
-    settings = _settings()
-    _setup_logging(settings)
-    return _run(lambda: _on_connection(settings, f"pgenough-{name}", action), settings)
+def inspect(
+    name: str,
+    action: Callable[[AsyncConn], Awaitable[T]],
+    settings: Settings | None = None,
+    *,
+    migrate_hint: str = "pgenough migrate",
+) -> T:
+    """``action`` on a connection to the settings' database (pgenough's by default), for
+    command ``name``: a missing schema says to run ``migrate_hint``; a database that cannot
+    be reached is one line."""
+    settings = settings or load_settings(Settings)
+    setup_logging(settings)
+    return run(lambda: _on_connection(settings, f"pgenough-{name}", action, migrate_hint), settings)
 
 
-def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:
+def show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None:
+    """``value`` as one JSON document on stdout (``--json``), else ``view()`` as tables."""
     if as_json:
         # Plain stdout, not rich: rich would wrap and highlight, and the document must parse.
         sys.stdout.write(json.dumps(jsonable.as_json(value), indent=2) + "\n")
@@ -79,6 +92,6 @@ def _show(value: Any, as_json: bool, view: Callable[[], RenderableType]) -> None
         wide.print(view())
 
 
-def _now() -> datetime:
+def now() -> datetime:
     # Ages in tables are read against this machine's clock; --json carries the timestamps.
     return datetime.now(UTC)

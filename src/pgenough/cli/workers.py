@@ -1,4 +1,4 @@
-"""What the worker commands (``worker run``, ``fetch``, ``process``) share: their typer
+"""What worker commands (``pgenough worker run``, and an application's own) share: their typer
 group, a pool on a migrated database, and a worker's own metrics port."""
 
 from __future__ import annotations
@@ -11,17 +11,15 @@ import prometheus_client
 import typer
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.cli.base import _fail
+from pgenough.cli.base import fail
 from pgenough.core import MigrationSet, migrate, open_pool
 from pgenough.httpserver import ListenError
 from pgenough.settings import Settings
 
-worker_app = typer.Typer(
-    help="Run your tasks, or a plan service fetch or process worker.", no_args_is_help=True
-)
+worker_app = typer.Typer(help="Run your tasks.", no_args_is_help=True)
 
 
-async def _ready_core_pool(
+async def ready_pool(
     settings: Settings,
     name: str,
     max_size: int | None = None,
@@ -40,7 +38,7 @@ async def _ready_core_pool(
     return pool
 
 
-async def _session_pool(settings: Settings, name: str, max_size: int) -> AsyncConnectionPool | None:
+async def session_pool(settings: Settings, name: str, max_size: int) -> AsyncConnectionPool | None:
     """Behind a transaction pooler, a pool of direct sessions for session-scoped advisory
     locks (``settings.session_url()``); None without a pooler (the main pool does)."""
     url = settings.session_url()
@@ -60,7 +58,7 @@ MetricsPortOption = Annotated[
 ]
 
 
-def _serve_metrics(settings: Settings, port: int | None) -> None:
+def serve_metrics(settings: Settings, port: int | None) -> None:
     """A worker's own /metrics endpoint, on a daemon thread: its counters (fetches, chunks,
     jobs, pools) exist only in its process, so Prometheus must scrape each worker."""
     port = settings.metrics_port if port is None else port
@@ -70,7 +68,7 @@ def _serve_metrics(settings: Settings, port: int | None) -> None:
     try:
         server, _ = prometheus_client.start_http_server(port, addr=host)
     except OSError as exc:
-        _fail(f"metrics: {ListenError(host, port, exc)}")
+        fail(f"metrics: {ListenError(host, port, exc)}")
     logging.getLogger("pgenough.cli").info(
         "metrics at http://%s:%d/metrics", host, server.server_port
     )

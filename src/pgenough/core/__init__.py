@@ -2,7 +2,7 @@
 PostgreSQL. It knows nothing about plans; ``docs/messaging.md`` is its manual."""
 
 from pgenough.core._sql import PLAN_EACH_TIME, named_queries
-from pgenough.core.db import database_url, open_pool, start_embedded
+from pgenough.core.db import database_url, open_pool, start_embedded, with_network_timeout
 from pgenough.core.errors import (
     DatabaseError,
     GiveUp,
@@ -14,6 +14,7 @@ from pgenough.core.errors import (
     RetryIn,
     SchemaMissing,
     TaskTimeout,
+    first_line,
 )
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
 from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
@@ -52,9 +53,10 @@ from pgenough.core.queue import (
     retry_dead,
     retry_job,
 )
-from pgenough.core.retry import Backoff
+from pgenough.core.retry import Backoff, Reconnect
 from pgenough.core.schedule import Cron, Interval, Schedule, Tick
-from pgenough.core.statements import AnyConnection
+from pgenough.core.service import Service, Services, TaskService
+from pgenough.core.statements import AnyConnection, AsyncConn
 from pgenough.core.tasks import (
     App,
     AppNotFound,
@@ -79,6 +81,7 @@ __all__ = [  # noqa: RUF022
     "AnyConnection",
     "App",
     "AppNotFound",
+    "AsyncConn",
     "Backoff",
     "BatchHandler",
     "BatchTask",
@@ -110,15 +113,19 @@ __all__ = [  # noqa: RUF022
     "PeriodicTask",
     "PgenoughError",
     "QueueStats",
+    "Reconnect",
     "RescueResult",
     "RetryIn",
     "Schedule",
     "SchemaMissing",
+    "Service",
+    "Services",
     "Subscription",
     "SyncLock",
     "Task",
     "TaskArgumentsError",
     "TaskContext",
+    "TaskService",
     "TaskTimeout",
     "ThreadHandler",
     "Tick",
@@ -137,6 +144,7 @@ __all__ = [  # noqa: RUF022
     "discard_job",
     "enqueue",
     "enqueue_many",
+    "first_line",
     "get_job",
     "job_failures",
     "jobs_by_payload",
@@ -159,4 +167,5 @@ __all__ = [  # noqa: RUF022
     "start_embedded",
     "subscribe",
     "vacuum_jobs",
+    "with_network_timeout",
 ]
