@@ -47,8 +47,8 @@ def test_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> N
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: cannot connect to ")
-    assert "s3cret" not in result.stderr and "***" in lines[0]
+    assert lines[0] == "error: 127.0.0.1:1: connection refused"
+    assert "s3cret" not in result.stderr
 
 
 def test_invalid_setting_is_one_clear_line(worker_env: dict[str, str]) -> None:

@@ -10,8 +10,10 @@ import socket
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from pgenough.cli import BIGINT_MAX
 from pgenough.settings import MAX_CONCURRENCY
@@ -85,10 +87,9 @@ def test_a_number_out_of_range_is_a_usage_error(
 @pytest.mark.db
 def test_the_largest_bigint_is_a_valid_id_and_limit(db: object, worker_env: dict[str, str]) -> None:
     top = str(BIGINT_MAX)
-    assert plans("runs", "--limit", top, "--before", top, env=worker_env).returncode == 0
     assert pgenough("jobs", "--limit", top, "--before", top, env=worker_env).returncode == 0
-    missing = plans("run", top, env=worker_env)
-    assert error_line(missing) == f"error: run {top} not found"
+    missing = pgenough("job", top, env=worker_env)
+    assert error_line(missing).startswith(f"error: job {top} not found")
 
 
 @pytest.mark.parametrize(
@@ -275,11 +276,108 @@ def test_markup_in_what_an_error_quotes_is_printed_as_it_is(worker_env: dict[str
 
 
 def test_a_newline_in_database_url_stays_on_the_error_line(worker_env: dict[str, str]) -> None:
-    env = dict(worker_env, DATABASE_URL=f"host=127.0.0.1 port=1 user=app dbname='db\n{FORGED}'")
+    # A socket directory: the error starts with its path, newline and all.
+    env = dict(worker_env, DATABASE_URL=f"host='/nonexistent/db\n{FORGED}' port=1 user=app")
     result = pgenough("migrate", env=env)
     assert result.returncode == 1
-    assert error_line(result).startswith("error: cannot connect to ")
-    assert "db\\n2026-01-01" in result.stderr
+    assert error_line(result).startswith("error: /nonexistent/db\\n2026-01-01 ")
+    assert error_line(result).endswith("/.s.PGSQL.1: no such socket: is PostgreSQL running there?")
+
+
+# -- the database URL -------------------------------------------------------------------------
+
+OUR_OPTIONS = ("keepalives", "options", "tcp_user_timeout", "connect_timeout", "application_name")
+"""What pgenough adds to every URL (``with_network_timeout``, the pools): never in an error."""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["pgenough", "jobs"],
+        ["pgenough", "migrate"],
+        ["pgenough", "worker", "run", "tests.helpers.taskapp:app"],
+        ["pgenough", "status"],
+        [PLANS, "migrate"],
+        [PLANS, "status"],
+        [PLANS, "worker", "process"],
+    ],
+)
+def test_a_wrong_port_says_where_and_why_first(worker_env: dict[str, str], argv: list[str]) -> None:
+    port = free_port()  # nothing listens there
+    env = dict(worker_env, DATABASE_URL=f"postgresql://app:s3cret@127.0.0.1:{port}/nope")
+    result = command(*argv, env=env)
+    assert result.returncode == 1
+    line = error_line(result)
+    assert line == f"error: 127.0.0.1:{port}: connection refused"
+    assert len(line) < 150
+    assert not any(option in result.stderr for option in OUR_OPTIONS), result.stderr
+    assert "s3cret" not in result.stderr
+
+
+def _as_url(conninfo: str, scheme: str, **override: str) -> str:
+    """``conninfo`` (the test database) as a URL of ``scheme``, every parameter in its query
+    string: a host may be a socket directory, and a list."""
+    params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
+    return f"{scheme}://?{urlencode({**params, **override})}"
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2", "asyncpg"])
+def test_sqlalchemys_form_of_the_url_is_the_same_database(
+    db: object, worker_env: dict[str, str], driver: str
+) -> None:
+    """The URL a FastAPI app gives SQLAlchemy (``postgresql+psycopg://``) serves pgenough as
+    it is: the driver is dropped, the rest read as libpq reads it."""
+    env = dict(worker_env, DATABASE_URL=_as_url(worker_env["DATABASE_URL"], f"postgresql+{driver}"))
+    migrated = pgenough("migrate", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    listed = pgenough("jobs", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) is not None
+
+
+@pytest.mark.db
+def test_a_multi_host_url_connects_past_a_dead_host(db: object, worker_env: dict[str, str]) -> None:
+    """A failover URL (several hosts) still connects to the one that answers, in either form;
+    when none answers, the error names each host with its reason."""
+    params = conninfo_to_dict(worker_env["DATABASE_URL"])
+    dead = free_port()
+    hosts = {
+        "host": f"127.0.0.1,{params.get('host') or ''}",
+        "port": f"{dead},{params.get('port') or 5432}",
+    }
+    for scheme in ("postgresql", "postgresql+psycopg"):
+        env = dict(worker_env, DATABASE_URL=_as_url(worker_env["DATABASE_URL"], scheme, **hosts))
+        result = pgenough("jobs", "--json", env=env)
+        assert result.returncode == 0, (scheme, result.stderr)
+    other = free_port()
+    none = {"host": "127.0.0.1,127.0.0.1", "port": f"{dead},{other}"}
+    env = dict(worker_env, DATABASE_URL=_as_url(worker_env["DATABASE_URL"], "postgresql", **none))
+    result = pgenough("jobs", env=env)
+    assert result.returncode == 1
+    assert error_line(result) == f"error: 127.0.0.1:{dead}, 127.0.0.1:{other}: connection refused"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://app:s3cret@db/app", "error: unsupported database url scheme mysql://: use "),
+        ("postgresql+foo://app:s3cret@db/app", "error: unsupported database url scheme "),
+        ("postgresql//app:s3cret@db/app", 'error: invalid database url: missing "=" after "…"'),
+        ("postgresql://app:s3%zzcret@db/app", "error: invalid database url: invalid percent-"),
+        ("host=db password='s3cret", "error: invalid database url: unterminated quoted string"),
+    ],
+)
+def test_a_url_that_is_not_postgresqls_names_what_is(
+    worker_env: dict[str, str], url: str, says: str
+) -> None:
+    result = pgenough("jobs", env=dict(worker_env, DATABASE_URL=url))
+    assert result.returncode == 1
+    line = error_line(result)
+    assert line.startswith(says), line
+    assert "s3cret" not in result.stderr
+    if "://" not in url or "scheme" in says:  # the forms accepted, when it is not one
+        assert "postgresql://user@host:port/dbname" in line and "postgresql+psycopg://" in line
 
 
 def _config(tmp_path: Path, providers: str) -> Path:

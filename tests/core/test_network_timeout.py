@@ -13,9 +13,9 @@ from pgenough.core import open_pool
 from pgenough.core.db import (
     DEFAULT_NETWORK_TIMEOUT,
     KEEPALIVE_PROBES,
-    POOLER_HINT,
     with_network_timeout,
 )
+from pgenough.core.dburl import POOLER_HINT
 from pgenough.core.errors import DatabaseError
 from pgenough.settings import Settings
 from tests.helpers.pgbouncer import bouncer

@@ -276,3 +276,14 @@ def test_no_arguments_show_the_help(worker_env: dict[str, str]) -> None:
     result = plans(env=worker_env)
     assert result.returncode == 2
     assert "Usage: pgenough-plans [OPTIONS] COMMAND" in result.stdout + result.stderr
+
+
+@pytest.mark.db
+def test_the_largest_bigint_is_a_valid_run_id_and_limit(
+    db: object, worker_env: dict[str, str]
+) -> None:
+    top = str(2**63 - 1)
+    assert plans("runs", "--limit", top, "--before", top, env=worker_env).returncode == 0
+    missing = plans("run", top, env=worker_env)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"error: run {top} not found"

@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
-from pgenough.core import metrics
+from pgenough.core import dburl, metrics
 from pgenough.core.errors import DatabaseError
 
 log = logging.getLogger(__name__)
@@ -37,15 +37,11 @@ DEFAULT_DATABASE = "pgenough"
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 10
 RECONNECT_MAX_DELAY = 2.0
+"""The longest wait (seconds) between two attempts of a pool to replace a lost connection."""
 DEFAULT_NETWORK_TIMEOUT = 20.0
 """Seconds after which a connection gives up on a peer that stopped answering: a network cut
 or a host gone without closing its sockets (``with_network_timeout``)."""
 KEEPALIVE_PROBES = 3
-POOLER_HINT = (
-    "a transaction pooler such as PgBouncer refuses session options: name the server itself"
-    " as the direct URL beside it (PGENOUGH_DIRECT_DATABASE_URL)"
-)
-"""The longest wait (seconds) between two attempts of a pool to replace a lost connection."""
 NO_EMBEDDED = (
     "no database: set DATABASE_URL to a PostgreSQL server,"
     " or pip install 'pgenough[embedded]' for the embedded one"
@@ -139,7 +135,7 @@ def drop_database(admin_url: str, database: str) -> None:
 
 def with_database(url: str, database: str) -> str:
     """The same server as ``url``, another database."""
-    params = conninfo_to_dict(url)
+    params = conninfo_to_dict(dburl.libpq_url(url))
     params["dbname"] = database
     return make_conninfo("", **params)
 
@@ -147,8 +143,8 @@ def with_database(url: str, database: str) -> str:
 def redact(url: str) -> str:
     """``url`` without its password, for logs and error messages."""
     try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
+        params = dburl.parse(url)
+    except DatabaseError:
         return "<unparsable database url>"
     if "password" in params:
         params["password"] = "***"
@@ -156,19 +152,26 @@ def redact(url: str) -> str:
 
 
 async def probe(url: str, *, timeout: float = 10.0) -> None:
-    """Connect once, so that an unreachable server fails fast with its real reason."""
-    try:
-        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=max(1, int(timeout)))
-    except psycopg.ProgrammingError:
-        # libpq's parse error quotes the string, password included: neither it nor the
-        # chained exception may reach a log or a traceback.
-        raise DatabaseError(f"invalid database url: {redact(url)}") from None
-    except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "unsupported startup parameter" in reason:
-            reason += f" ({POOLER_HINT})"
-        raise DatabaseError(f"cannot connect to {redact(url)}: {reason}") from exc
-    await conn.close()
+    """Connect once, so that an unreachable server fails fast with its real reason: a
+    ``DatabaseError`` that names each server of ``url`` tried and why it failed
+    (``dburl.cannot_connect``), or what ``url`` should look like (``dburl.invalid``)."""
+    params = dburl.parse(url)
+    params["connect_timeout"] = str(max(1, int(timeout)))
+    servers = dburl.targets(params)
+    failures: list[tuple[dburl.Target, Exception]] = []
+    # Server by server, rather than libpq's own walk through the hosts, which reports the
+    # last failure only: each gets its reason. The pool still connects with the whole URL.
+    for server in servers:
+        try:
+            conn = await psycopg.AsyncConnection.connect(make_conninfo("", **server.params))
+        except psycopg.ProgrammingError as exc:
+            raise dburl.invalid(url, exc) from None
+        except psycopg.OperationalError as exc:
+            failures.append((server, exc))
+        else:
+            await conn.close()
+            return
+    raise dburl.cannot_connect(failures) from failures[-1][1]
 
 
 async def open_pool(
@@ -218,7 +221,7 @@ async def open_pool(
             await pool.open(wait=True, timeout=timeout)
         except Exception as exc:  # psycopg_pool raises PoolTimeout with the cause logged only
             await pool.close()
-            raise DatabaseError(f"cannot connect to {redact(url)}: {exc}") from exc
+            raise DatabaseError(f"{dburl.where(url)}: {dburl.reason(exc)}") from exc
     else:
         await pool.open(wait=False)
     metrics.track_pool(pool)
@@ -342,8 +345,10 @@ def with_network_timeout(
     kernel defaults (hours) notice. Only on direct connections: a transaction pooler refuses
     the ``options`` parameter (and its server connections' peer is the pooler, alive).
     Unix-socket connections ignore all but ``connect_timeout``. ``seconds`` <= 0, or a URL
-    that does not parse: ``url`` as it is.
+    that does not parse: ``url`` as it is, but for SQLAlchemy's driver suffix, dropped
+    (``dburl.libpq_url``): pools and listeners connect with what it returns.
     """
+    url = dburl.libpq_url(url)
     if seconds <= 0:
         return url
     try:
@@ -380,7 +385,7 @@ def with_network_timeout(
 
 def with_statement_timeout(url: str, seconds: float) -> str:
     """``url`` whose sessions cancel any statement after ``seconds``."""
-    params = conninfo_to_dict(url)
+    params = conninfo_to_dict(dburl.libpq_url(url))
     options = f"{params.get('options') or ''} -c statement_timeout={max(1, round(seconds * 1000))}"
     params["options"] = options.strip()
     return make_conninfo("", **params)
