@@ -132,6 +132,9 @@ class TaskContext:
     """The job being run (``Job``'s fields: docs/messaging.md, "Reference")."""
     pool: AsyncConnectionPool
     """Where the task gets a connection: the worker's pool (test mode: see above)."""
+    test_mode: bool = False
+    """True when test mode runs the job (``run_jobs``, an eager enqueue), on the caller's
+    connection; False on a worker. (As Celery's ``task.request.is_eager``.)"""
 
 
 class _CallerPool:
@@ -158,7 +161,7 @@ class _CallerPool:
 
 
 def _context_for(job: Job, conn: AnyConnection) -> TaskContext:
-    return TaskContext(job, cast("AsyncConnectionPool", _CallerPool(conn)))
+    return TaskContext(job, cast("AsyncConnectionPool", _CallerPool(conn)), test_mode=True)
 
 
 class Task(Generic[P]):
