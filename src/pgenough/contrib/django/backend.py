@@ -32,6 +32,7 @@ import os
 import socket
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -240,11 +241,12 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
             task = _load_task(task_path)
             started = self._result(row, task)
             fw.task_started.send(type(self), task_result=started)
-            if task.takes_context:
-                value = task.call(fw.TaskContext(task_result=started), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
-            value = _json_return(value)
+            with self._savepoint_in_atomic():
+                if task.takes_context:
+                    value = task.call(fw.TaskContext(task_result=started), *args, **kwargs)
+                else:
+                    value = task.call(*args, **kwargs)
+                value = _json_return(value)
         except KeyboardInterrupt:
             raise
         except RetryIn as exc:
@@ -260,6 +262,18 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
         else:
             self._finish(job, started, "SUCCESSFUL", return_value=value)
         return None
+
+    def _savepoint_in_atomic(self) -> AbstractContextManager[Any]:
+        """Where the task runs inside ``atomic()`` (test mode: ``run_jobs`` in a
+        ``TestCase``, an eager enqueue), a savepoint: a database error of the task rolls
+        back its own writes, as test mode rolls back a failing pgenough task's, and leaves
+        the transaction usable to record its FAILED outcome. On a worker (autocommit), none."""
+        from django.db import connections, transaction
+
+        if connections[self.database].in_atomic_block:
+            savepoint: AbstractContextManager[Any] = transaction.atomic(using=self.database)
+            return savepoint
+        return nullcontext()
 
     def _finish(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.test import TestCase, TransactionTestCase, override_settings
 from django.utils import timezone
 
@@ -475,6 +475,16 @@ class RunJobsTests(Schema, TestCase):
         self.assertEqual(failing.errors[0].exception_class, ValueError)
         self.assertIsNone(job_row(failing.id))
 
+    def test_a_database_error_of_the_task_leaves_the_test_usable(self) -> None:
+        Report.objects.create(name="the test's")
+        failing = tasks.too_long_a_name.enqueue()
+        with self.assertRaisesMessage(DataError, "value too long"):
+            run_jobs(django_connection(), app)
+        failing.refresh()  # recorded after its savepoint rolled back
+        self.assertEqual(failing.status, TaskResultStatus.FAILED)
+        self.assertEqual(failing.errors[0].exception_class, DataError)
+        self.assertEqual([r.name for r in Report.objects.all()], ["the test's"])
+
     def test_without_raise_on_failure_the_report_says_failed(self) -> None:
         tasks.fail.enqueue()
         written = tasks.write_report_async.enqueue("async")
@@ -531,6 +541,14 @@ class EagerTests(Schema, TestCase):
         with connection.cursor() as cur:
             cur.execute("SELECT count(*) FROM pgenough.jobs")
             self.assertEqual(cur.fetchone()[0], 0)  # completed with its FAILED result
+
+    def test_a_database_error_of_the_task_is_raised_at_enqueue(self) -> None:
+        with self.assertRaisesMessage(DataError, "value too long"):
+            tasks.too_long_a_name.enqueue()
+        self.assertEqual(
+            results_table(),
+            [("reports.tasks.too_long_a_name", "FAILED", "django.db.utils.DataError")],
+        )
 
     def test_in_a_transaction_that_rolls_back(self) -> None:
         with self.assertRaises(ZeroDivisionError), transaction.atomic():
