@@ -701,6 +701,12 @@ class App:
     def handlers(self, pool: AsyncConnectionPool) -> dict[str, AnyHandler]:
         return {name: task.handler(pool) for name, task in self.tasks.items()}
 
+    def run_in_process(self, task: Task[...], job: Job, conn: AnyConnection) -> Any:
+        """Test mode's run of one of its jobs (``run_jobs``, an eager enqueue), in the
+        savepoint open on the caller's ``conn``: ``task.run_in_process``. What ``handlers``
+        is to a worker: a framework's app may wrap it."""
+        return task.run_in_process(job, conn)
+
     def worker(
         self,
         pool: AsyncConnectionPool,

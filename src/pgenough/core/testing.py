@@ -28,6 +28,7 @@ failing task's is, while what it recorded stays.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -250,7 +251,9 @@ def _peek(claim: Steps[Job | None]) -> Steps[None]:
 def _run_one(app: App, job: Job, rng: random.Random) -> Steps[JobRun]:
     task = app.tasks[job.kind]
     try:
-        failed: TaskFailed | None = yield Atomic(_attempt(task.run_in_process, job))
+        failed: TaskFailed | None = yield Atomic(
+            _attempt(functools.partial(app.run_in_process, task), job)
+        )
     except Exception as exc:
         outcome = failure_outcome(exc, job, task.backoff or Backoff(), rng)
         state = yield from fail_job.steps(

@@ -5,12 +5,13 @@ worker`` runs it."""
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import replace
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import App, Job, ThreadHandler
+from pgenough.core import AnyConnection, App, Job, Task, ThreadHandler
 from pgenough.core.executor import AnyHandler
 
 
@@ -22,7 +23,9 @@ class DjangoApp(App):
     ``CONN_MAX_AGE``, and the next job on that thread would reuse it. So each such job is
     wrapped in ``close_old_connections()``, as Django does around a request and Celery around
     a task. Async tasks reach the ORM through ``sync_to_async``, whose threads Django's
-    ``close_old_connections`` cannot reach from here; they are the caller's to manage."""
+    ``close_old_connections`` cannot reach from here; they are the caller's to manage.
+    In test mode, inside a ``TestCase``, each plain-function job runs in a savepoint of
+    Django's (``run_in_process``)."""
 
     def handlers(self, pool: AsyncConnectionPool) -> dict[str, AnyHandler]:
         return {
@@ -31,6 +34,30 @@ class DjangoApp(App):
             else handler
             for kind, handler in super().handlers(pool).items()
         }
+
+    def run_in_process(self, task: Task[...], job: Job, conn: AnyConnection) -> Any:
+        """Test mode (``run_jobs``, an eager enqueue) on Django's connection inside
+        ``atomic()`` (a ``TestCase``): a plain function runs in a savepoint Django knows of.
+        Test mode rolls a failing task back on the connection itself, but Django, which saw
+        the task's query fail inside its atomic block, would refuse every later query of
+        the test ("An error occurred in the current transaction") until the block ends; its
+        own savepoint rolls back and clears that. A ``TaskFailed`` is an outcome the task
+        recorded in it: the savepoint is kept."""
+        from django.db import connections, transaction
+
+        from pgenough.core.testing import TaskFailed
+
+        django = next(
+            (w for w in connections.all(initialized_only=True) if w.connection is conn), None
+        )
+        if django is None or not django.in_atomic_block or inspect.iscoroutinefunction(task.fn):
+            return super().run_in_process(task, job, conn)
+        with transaction.atomic(using=django.alias):
+            try:
+                return super().run_in_process(task, job, conn)
+            except TaskFailed as exc:
+                failed = exc
+        raise failed
 
 
 def _closing_old_connections(fn: Any) -> Any:
