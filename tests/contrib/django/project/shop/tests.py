@@ -11,7 +11,7 @@ from pgenough.contrib.django.models import DeadJob, Job
 from pgenough.core.orm import django_connection
 from pgenough.core.testing import run_jobs
 from shop.models import Order
-from shop.tasks import send_receipt, set_total
+from shop.tasks import send_receipt, set_total, ship
 
 
 class EnqueueTests(TestCase):
@@ -41,6 +41,13 @@ class RunTheJobsTests(TestCase):
         send_receipt.enqueue(django_connection(), order_id="not a number")
         with self.assertRaises(ValueError):  # the task's own error, re-raised
             run_jobs(django_connection(), app)
+
+    def test_an_async_task_uses_the_tests_connection(self) -> None:
+        order = Order.objects.create(email="fay@example.com", total_cents=5)  # uncommitted
+        ship.enqueue(django_connection(), order_id=order.id)
+        run_jobs(django_connection(), app)
+        order.refresh_from_db()
+        self.assertTrue(order.shipped)  # its aupdate() saw the order, in this transaction
 
     def test_a_database_error_of_a_task_leaves_the_test_usable(self) -> None:
         order = Order.objects.create(email="eve@example.com", total_cents=5)
