@@ -7,7 +7,8 @@ block (invisible on the rendered page):
   ``django-admin`` are the venv's; ``NAME=value`` words before one set its environment);
 - ``<!-- step: write PATH -->``: the block is the whole file ``PATH``;
 - ``<!-- step: append PATH -->``: the block goes at the end of ``PATH``;
-- ``<!-- step: shell -->``: the block runs in ``python manage.py shell``.
+- ``<!-- step: shell -->``: the block runs in ``python manage.py shell``, and must read as
+  lines pasted into its interactive prompt do (a blank line ends an indented block there).
 
 So the pages' own text is what runs, and a change to a snippet changes what is tested. The
 database is a fresh one of the test server, given to the project through libpq's variables,
@@ -15,10 +16,12 @@ which the settings snippet reads; the effects are checked there once the steps h
 
 from __future__ import annotations
 
+import code
 import os
 import re
 import shlex
 import subprocess
+import types
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,6 +73,26 @@ DJANGO_MD = steps("django.md")
 DJANGO_TASKS_MD = steps("django-tasks.md")
 
 
+def pasteable(source: str) -> bool:
+    """Whether ``source``, pasted line by line into Python's interactive prompt (Django's
+    ``shell`` without IPython), compiles: a statement after an indented block needs a blank
+    line before it there, which a file does not."""
+
+    class Console(code.InteractiveConsole):
+        refused = False
+
+        def runcode(self, code: types.CodeType) -> None:
+            pass
+
+        def showsyntaxerror(self, filename: str | None = None, **kwargs: object) -> None:
+            self.refused = True
+
+    console = Console()
+    for line in [*source.splitlines(), ""]:
+        console.push(line)
+    return not console.refused
+
+
 @dataclass
 class Site:
     """The newcomer's folder, shell environment and database."""
@@ -104,6 +127,7 @@ class Site:
             lines = [ln for ln in step.body.splitlines() if ln.strip() and not ln.startswith("#")]
             return "".join(self.command(line, step) for line in lines)
         if step.kind == "shell":
+            assert pasteable(step.body), f"{step}: pasted into the shell, it is a SyntaxError"
             argv = [str(self.python), "manage.py", "shell", "-c", step.body]
             return self.run(argv, self.env, str(step))
         assert step.path is not None
