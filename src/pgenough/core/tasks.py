@@ -132,6 +132,9 @@ class TaskContext:
     """The job being run (``Job``'s fields: docs/messaging.md, "Reference")."""
     pool: AsyncConnectionPool
     """Where the task gets a connection: the worker's pool (test mode: see above)."""
+    test_mode: bool = False
+    """True when test mode runs the job (``run_jobs``, an eager enqueue), on the caller's
+    connection; False on a worker. (As Celery's ``task.request.is_eager``.)"""
 
 
 class _CallerPool:
@@ -158,7 +161,7 @@ class _CallerPool:
 
 
 def _context_for(job: Job, conn: AnyConnection) -> TaskContext:
-    return TaskContext(job, cast("AsyncConnectionPool", _CallerPool(conn)))
+    return TaskContext(job, cast("AsyncConnectionPool", _CallerPool(conn)), test_mode=True)
 
 
 class Task(Generic[P]):
@@ -697,6 +700,12 @@ class App:
 
     def handlers(self, pool: AsyncConnectionPool) -> dict[str, AnyHandler]:
         return {name: task.handler(pool) for name, task in self.tasks.items()}
+
+    def run_in_process(self, task: Task[...], job: Job, conn: AnyConnection) -> Any:
+        """Test mode's run of one of its jobs (``run_jobs``, an eager enqueue), in the
+        savepoint open on the caller's ``conn``: ``task.run_in_process``. What ``handlers``
+        is to a worker: a framework's app may wrap it."""
+        return task.run_in_process(job, conn)
 
     def worker(
         self,

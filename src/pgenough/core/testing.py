@@ -19,10 +19,16 @@ at most once per call, ``limit`` jobs in all.
 
 An ``App(eager=True)`` (or ``PGENOUGH_EAGER=1``) does this at each enqueue of its tasks
 (``enqueue_eagerly``): the job is inserted as usual, then run at once, in the caller's thread.
+
+A task whose failure is its job's final outcome, recorded by the task itself with the job's
+completion (a Django task: its result FAILED, never retried), raises ``TaskFailed`` in test
+mode (``TaskContext.test_mode``): its run is reported ``failed`` and its error raised, as a
+failing task's is, while what it recorded stays.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +49,20 @@ LEASE = 300.0
 DEFAULT_LIMIT = 1000
 
 
+class TaskFailed(Exception):
+    """Raised in test mode (``TaskContext.test_mode``) by a task that failed with ``cause``
+    and has recorded that failure as its job's outcome, completing the job with it (the
+    django.tasks backend: the result FAILED, no retry). ``run_jobs`` keeps what the attempt
+    wrote (its savepoint is released, not rolled back), completes the job if the task did
+    not, reports the run ``failed`` and, with ``raise_on_failure``, raises ``cause``: the
+    task's own error, with its traceback."""
+
+    def __init__(self, cause: BaseException) -> None:
+        text = str(cause)
+        super().__init__(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class JobRun:
     """One job that ``run_jobs`` ran: how it ended."""
@@ -52,12 +72,15 @@ class JobRun:
     queue: str
     attempt: int
     """Its attempt, this one included (1 on a first run)."""
-    state: Literal["completed", "ready", "dead"]
-    """``completed``; else ``ready`` (to retry at its new ``run_at``) or ``dead``."""
+    state: Literal["completed", "failed", "ready", "dead"]
+    """``completed``; else ``ready`` (to retry at its new ``run_at``) or ``dead``, or
+    ``failed``: the task recorded its failure as the outcome and the job is completed with
+    it (``TaskFailed``: a Django task whose result is FAILED)."""
     error: str | None = None
     """The error recorded, as ``pgenough job ID`` shows it; None when it completed."""
-    exception: Exception | None = field(default=None, repr=False, compare=False)
-    """What the task raised (``raise_on_failure`` re-raises the first one)."""
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    """What the task raised (``raise_on_failure`` re-raises the first one); for a
+    ``TaskFailed``, its ``cause``."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ def run_jobs(
     *,
     queues: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
     limit: int = DEFAULT_LIMIT,
     include_scheduled: bool = False,
     raise_on_failure: bool = True,
@@ -101,6 +125,7 @@ def run_jobs(
     *,
     queues: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
     limit: int = DEFAULT_LIMIT,
     include_scheduled: bool = False,
     raise_on_failure: bool = True,
@@ -113,14 +138,16 @@ def run_jobs(
     *,
     queues: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
     limit: int = DEFAULT_LIMIT,
     include_scheduled: bool = False,
     raise_on_failure: bool = True,
 ) -> Any:
     """Run, on ``conn`` and in its transaction, every ready job (``run_at`` due; any with
     ``include_scheduled``) of ``app``'s tasks, of ``queues`` and ``kinds`` when given, and
-    those they enqueue, up to ``limit`` jobs, each at most once; return what ran. Sync on a
-    sync connection (an async task on a private event loop), awaitable on an async one.
+    those they enqueue, up to ``limit`` jobs, each at most once; return what ran. With
+    ``ids``, only those jobs (not the ones they enqueue). Sync on a sync connection (an
+    async task on a private event loop), awaitable on an async one.
 
     With ``raise_on_failure`` (the default) the first task error is raised once every job
     has run, its failure recorded (so a test fails loudly); without, read ``report.failed``.
@@ -135,7 +162,7 @@ def run_jobs(
         app,
         kinds=wanted,
         queues=queues,
-        ids=None,
+        ids=ids,
         limit=limit,
         scheduled=include_scheduled,
         raise_on_failure=raise_on_failure,
@@ -224,7 +251,9 @@ def _peek(claim: Steps[Job | None]) -> Steps[None]:
 def _run_one(app: App, job: Job, rng: random.Random) -> Steps[JobRun]:
     task = app.tasks[job.kind]
     try:
-        yield Atomic(_attempt(task.run_in_process, job))
+        failed: TaskFailed | None = yield Atomic(
+            _attempt(functools.partial(app.run_in_process, task), job)
+        )
     except Exception as exc:
         outcome = failure_outcome(exc, job, task.backoff or Backoff(), rng)
         state = yield from fail_job.steps(
@@ -239,11 +268,21 @@ def _run_one(app: App, job: Job, rng: random.Random) -> Steps[JobRun]:
             outcome.error,
             exc,
         )
+    if failed is not None:
+        return JobRun(
+            job.id, job.kind, job.queue, job.attempts, "failed", str(failed), failed.cause
+        )
     return JobRun(job.id, job.kind, job.queue, job.attempts, "completed")
 
 
-def _attempt(call: Any, job: Job) -> Steps[None]:
+def _attempt(call: Any, job: Job) -> Steps[TaskFailed | None]:
     """The task and its job's completion, in the savepoint ``_run_one`` opens: a task that
-    completed its job itself (``complete(conn, ctx.job)``) leaves nothing to complete."""
-    yield Call(lambda conn: call(job, conn))
+    completed its job itself (``complete(conn, ctx.job)``) leaves nothing to complete. A
+    ``TaskFailed`` is the task's recorded outcome: the savepoint keeps it."""
+    failed: TaskFailed | None = None
+    try:
+        yield Call(lambda conn: call(job, conn))
+    except TaskFailed as exc:
+        failed = exc
     yield from complete_many.steps([job])
+    return failed

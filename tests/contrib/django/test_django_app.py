@@ -83,7 +83,7 @@ def test_the_projects_own_tests_pass(django_project: DjangoProject) -> None:
     commit, the async view, the admin's pages and its permissions."""
     done = django_project.manage("test", "shop", "--noinput", "-v", "2")
     assert done.returncode == 0, done.stderr
-    assert "Ran 9 tests" in done.stderr
+    assert "Ran 11 tests" in done.stderr
     assert "OK" in done.stderr
 
 
@@ -132,6 +132,30 @@ def test_the_worker_honours_its_options(django_project: DjangoProject) -> None:
     assert "queues emails (3), slow (2); batch size 5" in done.stderr
     assert [(s, r) for _, s, r in orders(django_project)] == [(False, 1)]
     assert jobs(django_project) == [("default", "shop.tasks.ship")]
+
+
+def test_djangos_own_options_are_taken_after_worker_too(
+    django_project: DjangoProject, tmp_path: Path
+) -> None:
+    """``--settings``, ``--pythonpath``, ``-v``... as Django users put them: last."""
+    migrated(django_project)
+    enqueue(
+        django_project,
+        "o = Order.objects.create(email='a@example.com', total_cents=1)",
+        "send_receipt.enqueue(conn(), order_id=o.id)",
+    )
+    (tmp_path / "other_settings.py").write_text(
+        "from proj.settings import *\nPGENOUGH = {**PGENOUGH, 'CONCURRENCY': 3}\n"
+    )
+    django = ("--settings", "other_settings", "--pythonpath", str(tmp_path))
+    for args in [
+        ("worker", "--until-idle", "-q", "emails", *django, "-v", "2", "--traceback"),
+        (*django, "--no-color", "worker", "--until-idle", "-q", "emails"),
+    ]:
+        done = django_project.manage("pgenough", *args)
+        assert done.returncode == 0, done.stderr
+        assert "queues emails (3)" in done.stderr  # other_settings' concurrency
+    assert [r for _, _, r in orders(django_project)] == [1]
 
 
 @pytest.mark.parametrize(

@@ -170,3 +170,27 @@ def test_a_worker_process_runs_what_another_process_enqueued(
         "errors": ["builtins.ValueError"],
         "attempts": 1,
     }
+
+
+EAGER = """
+from reports import tasks
+result = tasks.add.enqueue(20, 22)
+print(result.status, result.return_value)
+try:
+    tasks.fail.enqueue()
+except ValueError as exc:
+    print("raised:", exc, tasks.fail.get_result(str(int(result.id) + 1)).status)
+"""
+
+
+def test_pgenough_eager_runs_each_django_task_at_its_enqueue(
+    django_python: Path, django_env: dict[str, str]
+) -> None:
+    """``PGENOUGH_EAGER=1``, as docs/django.md suggests for tests: ``enqueue()`` runs the
+    task and returns its finished result; a failing task raises there, its result FAILED."""
+    done = manage(django_python, {**django_env, "PGENOUGH_EAGER": "1"}, "shell", "-c", EAGER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-2:] == [
+        "SUCCESSFUL 42",
+        "raised: This task failed due to ValueError FAILED",
+    ]

@@ -15,6 +15,11 @@ commits), plus its result row (``results``), which outlives the job. ``manage.py
 worker`` serves it: it imports this module, which registers ``KIND``, and by default serves
 ``configured_queues()``. docs/django-tasks.md is the manual.
 
+With the shared app eager (``PGENOUGH_EAGER=1``, tests) ``enqueue`` runs the task at once,
+as ``pgenough.core.testing.run_jobs`` would, once its result row is written: it returns the
+finished result, or raises the task's own error (its result FAILED), as an eager app's
+``enqueue`` raises a failing task's.
+
 This module imports without Django's Tasks framework (``django.tasks`` or the backport):
 ``PgenoughBackend`` then raises ``ImproperlyConfigured`` when Django builds it.
 """
@@ -27,6 +32,7 @@ import os
 import socket
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +44,8 @@ from pgenough.contrib.django.registry import app
 from pgenough.core import GiveUp, Job, RetryIn, TaskArgumentsError, complete
 from pgenough.core import TaskContext as JobContext
 from pgenough.core.orm import django_connection
+from pgenough.core.queue import enqueue_job
+from pgenough.core.statements import run
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +111,15 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
         runner = run_django_task.using(
             queue=task.queue_name, priority=task.priority, run_at=run_after
         )
+        job = runner.job(
+            task=task.module_path, args=json_args, kwargs=json_kwargs, backend=self.alias
+        )
         # One transaction for the job and its result: a savepoint in the caller's atomic
         # block (both commit or roll back with it), a transaction of its own in autocommit.
         with transaction.atomic(using=self.database):
             conn = self._connection()
-            job_id = runner.enqueue(
-                conn, task=task.module_path, args=json_args, kwargs=json_kwargs, backend=self.alias
-            )
+            # Inserted, never run here even by an eager app: its run needs the result row.
+            job_id = run(conn, enqueue_job(job), what=f"{task.module_path}.enqueue(...)")
             assert job_id is not None  # no dedupe key: always inserted
             row = results.insert(
                 conn,
@@ -124,7 +134,35 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
             )
         result = self._result(row, task)
         fw.task_enqueued.send(type(self), task_result=result)
+        if app.eager:
+            return self._run_eagerly(result)
         return result
+
+    def _run_eagerly(self, enqueued: Any) -> Any:
+        """An eager app's enqueue (tests): the job runs now, on this connection, as
+        ``run_jobs`` runs it; then its finished result, or the task's own error raised
+        once its FAILED result is recorded (in the caller's transaction, if any)."""
+        from django.db import transaction
+
+        from pgenough.core.testing import run_jobs
+
+        # Django's atomic, not only run_jobs' savepoint: in autocommit Django must know a
+        # transaction is open, or the task's own atomic blocks would end it.
+        with transaction.atomic(using=self.database):
+            conn = self._connection()
+            report = run_jobs(
+                conn,
+                app,
+                ids=[int(enqueued.id)],
+                include_scheduled=True,
+                raise_on_failure=False,
+            )
+        for ran in report.failed:
+            if ran.exception is not None:
+                raise ran.exception
+        row = results.get(self._connection(), int(enqueued.id))
+        assert row is not None  # just written, in this transaction
+        return self._result(row, enqueued.task)
 
     def get_result(self, result_id: str) -> Any:
         """The result of ``result_id`` as stored now; ``TaskResultDoesNotExist`` when there
@@ -187,8 +225,9 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
 
     def run_attempt(
         self, job: Job, task_path: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> None:
-        """Run one attempt of the Django task of ``job`` and record its outcome.
+    ) -> BaseException | None:
+        """Run one attempt of the Django task of ``job`` and record its outcome: the task's
+        error when it FAILED, else None.
 
         Django's semantics: an exception fails the result at once (FAILED, with the error),
         as Django's own backends do; the job is completed either way, in the transaction
@@ -202,24 +241,39 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
             task = _load_task(task_path)
             started = self._result(row, task)
             fw.task_started.send(type(self), task_result=started)
-            if task.takes_context:
-                value = task.call(fw.TaskContext(task_result=started), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
-            value = _json_return(value)
+            with self._savepoint_in_atomic():
+                if task.takes_context:
+                    value = task.call(fw.TaskContext(task_result=started), *args, **kwargs)
+                else:
+                    value = task.call(*args, **kwargs)
+                value = _json_return(value)
         except KeyboardInterrupt:
             raise
         except RetryIn as exc:
             if job.attempts >= job.max_attempts:
                 self._finish(job, started, "FAILED", error=_task_error(exc))
-                return
+                return exc
             self._retry(job, _task_error(exc))
             raise
         # Django's backends record any exception, SystemExit included, as the task's failure.
         except BaseException as exc:
             self._finish(job, started, "FAILED", error=_task_error(exc))
+            return exc
         else:
             self._finish(job, started, "SUCCESSFUL", return_value=value)
+        return None
+
+    def _savepoint_in_atomic(self) -> AbstractContextManager[Any]:
+        """Where the task runs inside ``atomic()`` (test mode: ``run_jobs`` in a
+        ``TestCase``, an eager enqueue), a savepoint: a database error of the task rolls
+        back its own writes, as test mode rolls back a failing pgenough task's, and leaves
+        the transaction usable to record its FAILED outcome. On a worker (autocommit), none."""
+        from django.db import connections, transaction
+
+        if connections[self.database].in_atomic_block:
+            savepoint: AbstractContextManager[Any] = transaction.atomic(using=self.database)
+            return savepoint
+        return nullcontext()
 
     def _finish(
         self,
@@ -318,9 +372,15 @@ def run_django_task(
         raise GiveUp(f"TASKS[{backend!r}] is {type(owner).__name__}, not {BACKEND_PATH}")
     _close_old_connections()
     try:
-        owner.run_attempt(ctx.job, task, args, kwargs)
+        failure = owner.run_attempt(ctx.job, task, args, kwargs)
     finally:
         _close_old_connections()
+    if failure is not None and ctx.test_mode:
+        # run_jobs (or an eager enqueue) reports it and raises the task's error, so a test
+        # does not pass over a FAILED result; on a worker the recorded outcome is all.
+        from pgenough.core.testing import TaskFailed
+
+        raise TaskFailed(failure) from failure
 
 
 @app.periodic(every=PRUNE_INTERVAL)

@@ -1,4 +1,5 @@
-"""A small Django project using pgenough, as docs/django.md shows it.
+"""A small Django project using pgenough, the shop of docs/django.md grown with what the
+suite tests (docs/django.md's own steps run in a new project: test_django_walkthrough.py).
 
 The database comes from PROJECT_DATABASE_URL (else DATABASE_URL), parsed into DATABASES: the
 worker's queue is that alias, whatever DATABASE_URL says (the tests point DATABASE_URL

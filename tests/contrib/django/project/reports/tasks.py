@@ -72,6 +72,12 @@ def fail() -> None:
 
 
 @task
+def too_long_a_name() -> None:
+    """A database error in the task: the name is longer than its column."""
+    Report.objects.create(name="x" * 101)
+
+
+@task
 def exit_() -> None:
     raise SystemExit("This task failed due to SystemExit")
 

@@ -6,20 +6,23 @@ Run by tests/contrib/django/test_tasks_backend.py as ``manage.py test reports`` 
 """
 
 import asyncio
+import traceback
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.test import TestCase, TransactionTestCase, override_settings
 from django.utils import timezone
 
+from pgenough.contrib.django import app
 from pgenough.contrib.django import backend as pgenough_backend
 from pgenough.contrib.django.db import conninfo
 from pgenough.contrib.django.schema import MIGRATIONS
 from pgenough.core import migrate
 from pgenough.core.orm import django_connection
+from pgenough.core.testing import run_jobs
 from reports import tasks
 from reports.inprocess import run_until_idle
 from reports.models import Report
@@ -51,6 +54,16 @@ def job_row(result_id: str) -> Any:
             [int(result_id)],
         )
         return cur.fetchone()
+
+
+def results_table() -> list[tuple[str, str, str]]:
+    """Each result's task, status and first error's class path (None without one)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT task_path, status, errors -> 0 ->> 'exception_class_path'"
+            " FROM pgenough.django_task_results ORDER BY id"
+        )
+        return list(cur.fetchall())
 
 
 def committed_jobs() -> int:
@@ -442,3 +455,123 @@ class WorkerTests(Schema, TransactionTestCase):
         self.work()
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+
+
+class RunJobsTests(Schema, TestCase):
+    """Test mode: ``run_jobs`` runs the Django tasks' jobs in the test's transaction, as a
+    worker would, and a task that FAILED fails the call as a failing pgenough task does."""
+
+    def test_a_failed_task_raises_its_own_error(self) -> None:
+        failing = tasks.fail.enqueue()
+        try:
+            run_jobs(django_connection(), app)
+        except ValueError as exc:  # not assertRaises, which drops the traceback
+            shown = "".join(traceback.format_exception(exc))
+        else:
+            self.fail("run_jobs did not raise the task's error")
+        self.assertIn('raise ValueError("This task failed due to ValueError")', shown)
+        failing.refresh()  # recorded as on a worker: FAILED, the job completed, no retry
+        self.assertEqual(failing.status, TaskResultStatus.FAILED)
+        self.assertEqual(failing.errors[0].exception_class, ValueError)
+        self.assertIsNone(job_row(failing.id))
+
+    def test_a_database_error_of_the_task_leaves_the_test_usable(self) -> None:
+        Report.objects.create(name="the test's")
+        failing = tasks.too_long_a_name.enqueue()
+        with self.assertRaisesMessage(DataError, "value too long"):
+            run_jobs(django_connection(), app)
+        failing.refresh()  # recorded after its savepoint rolled back
+        self.assertEqual(failing.status, TaskResultStatus.FAILED)
+        self.assertEqual(failing.errors[0].exception_class, DataError)
+        self.assertEqual([r.name for r in Report.objects.all()], ["the test's"])
+
+    def test_without_raise_on_failure_the_report_says_failed(self) -> None:
+        tasks.fail.enqueue()
+        written = tasks.write_report_async.enqueue("async")
+        report = run_jobs(django_connection(), app, raise_on_failure=False)
+        self.assertEqual([r.state for r in report.runs], ["failed", "completed"])
+        self.assertEqual(report.completed_kinds, [pgenough_backend.KIND])
+        [failed] = report.failed
+        self.assertEqual(failed.error, "ValueError: This task failed due to ValueError")
+        self.assertIsInstance(failed.exception, ValueError)
+        written.refresh()
+        self.assertEqual(written.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(Report.objects.get(pk=written.return_value).name, "async")
+
+
+class EagerTests(Schema, TestCase):
+    """The shared app eager, as ``PGENOUGH_EAGER=1`` makes it: ``enqueue`` runs the task
+    once its result row is written, and returns the finished result; a task that fails
+    raises its own error there, its result FAILED (as an eager pgenough task raises)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.addCleanup(setattr, app, "eager", app.eager)
+        app.eager = True
+
+    def test_enqueue_runs_the_task_and_returns_its_result(self) -> None:
+        when = timezone.now() + timedelta(days=1)  # not held back, as an eager job is not
+        for task, args, value in [
+            (tasks.add, (2, 3), 5),
+            (tasks.noop_async, (), None),
+            (tasks.add.using(run_after=when, queue_name="reports"), (1, 1), 2),
+        ]:
+            with self.subTest(task):
+                result = task.enqueue(*args)
+                self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+                self.assertEqual(result.return_value, value)
+                self.assertEqual(result.task, task)
+                self.assertEqual(result.attempts, 1)
+                self.assertIsNotNone(result.finished_at)
+                self.assertEqual(default_task_backend.get_result(result.id), result)
+                self.assertIsNone(job_row(result.id))  # completed
+        written = tasks.write_report.enqueue("eager")
+        self.assertEqual(Report.objects.get(pk=written.return_value).name, "eager")
+        context = tasks.look_at_myself.enqueue()
+        self.assertEqual(context.return_value["status_seen"], TaskResultStatus.RUNNING)
+
+    async def test_aenqueue(self) -> None:
+        result = await tasks.add.aenqueue(4, 5)
+        self.assertEqual((result.status, result.return_value), (TaskResultStatus.SUCCESSFUL, 9))
+
+    def test_a_failing_task_raises_its_own_error_and_its_result_is_failed(self) -> None:
+        with self.assertRaisesMessage(ValueError, "This task failed due to ValueError"):
+            tasks.fail.enqueue()
+        self.assertEqual(results_table(), [("reports.tasks.fail", "FAILED", "builtins.ValueError")])
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pgenough.jobs")
+            self.assertEqual(cur.fetchone()[0], 0)  # completed with its FAILED result
+
+    def test_a_database_error_of_the_task_is_raised_at_enqueue(self) -> None:
+        with self.assertRaisesMessage(DataError, "value too long"):
+            tasks.too_long_a_name.enqueue()
+        self.assertEqual(
+            results_table(),
+            [("reports.tasks.too_long_a_name", "FAILED", "django.db.utils.DataError")],
+        )
+
+    def test_in_a_transaction_that_rolls_back(self) -> None:
+        with self.assertRaises(ZeroDivisionError), transaction.atomic():
+            result = tasks.write_report.enqueue("rolled back")
+            self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+            _ = 1 / 0
+        self.assertEqual(results_table(), [])
+        self.assertFalse(Report.objects.exists())
+
+
+class EagerAutocommitTests(Schema, TransactionTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.addCleanup(setattr, app, "eager", app.eager)
+        app.eager = True
+
+    def test_outside_atomic_the_run_commits(self) -> None:
+        result = tasks.write_report.enqueue("committed")
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+        self.assertEqual(committed_jobs(), 0)
+        with psycopg.connect(conninfo()) as other:
+            row = other.execute("SELECT name FROM reports_report").fetchone()
+        self.assertEqual(row, ("committed",))
+        with self.assertRaises(ValueError):
+            tasks.fail.enqueue()
+        self.assertEqual([status for _, status, _ in results_table()], ["SUCCESSFUL", "FAILED"])

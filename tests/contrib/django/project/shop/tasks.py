@@ -18,6 +18,12 @@ async def ship(order_id: int) -> None:
     await Order.objects.filter(id=order_id).aupdate(shipped=True)
 
 
+@app.task
+def set_total(order_id: int, total_cents: int) -> None:
+    """For the tests: a total past the integer column's range is a database error."""
+    Order.objects.filter(id=order_id).update(total_cents=total_cents)
+
+
 @app.task(queue="slow")
 def slow_receipt(order_id: int, seconds: float) -> None:
     """For the SIGTERM test: says it started, works ``seconds``, then counts its receipt."""

@@ -3,7 +3,7 @@ schema (its migration ran there), a job commits with the view's transaction, and
 shows the queue and guards its actions by permission."""
 
 from django.contrib.auth.models import Permission, User
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.test import TestCase, TransactionTestCase
 
 from pgenough.contrib.django import app
@@ -11,7 +11,7 @@ from pgenough.contrib.django.models import DeadJob, Job
 from pgenough.core.orm import django_connection
 from pgenough.core.testing import run_jobs
 from shop.models import Order
-from shop.tasks import send_receipt
+from shop.tasks import send_receipt, set_total, ship
 
 
 class EnqueueTests(TestCase):
@@ -41,6 +41,22 @@ class RunTheJobsTests(TestCase):
         send_receipt.enqueue(django_connection(), order_id="not a number")
         with self.assertRaises(ValueError):  # the task's own error, re-raised
             run_jobs(django_connection(), app)
+
+    def test_an_async_task_uses_the_tests_connection(self) -> None:
+        order = Order.objects.create(email="fay@example.com", total_cents=5)  # uncommitted
+        ship.enqueue(django_connection(), order_id=order.id)
+        run_jobs(django_connection(), app)
+        order.refresh_from_db()
+        self.assertTrue(order.shipped)  # its aupdate() saw the order, in this transaction
+
+    def test_a_database_error_of_a_task_leaves_the_test_usable(self) -> None:
+        order = Order.objects.create(email="eve@example.com", total_cents=5)
+        set_total.enqueue(django_connection(), order_id=order.id, total_cents=2**40)
+        with self.assertRaises(DataError):  # integer out of range
+            run_jobs(django_connection(), app)
+        order.refresh_from_db()  # Django still takes the test's queries
+        self.assertEqual(order.total_cents, 5)
+        self.assertEqual(Job.objects.get().state, "ready")  # to retry, as on a worker
 
 
 class CommitTests(TransactionTestCase):

@@ -3,7 +3,8 @@
 The options are ``pgenough worker run``'s, their defaults the ``PGENOUGH`` setting's
 (``conf.py``); the database is the ``PGENOUGH["DATABASE"]`` alias of ``DATABASES``. Bad usage
 or configuration exits 2 and a database that does not answer exits 1, each with one line;
-SIGTERM lets running jobs finish (up to the shutdown timeout), then exits 0.
+SIGTERM lets running jobs finish (up to the shutdown timeout), then exits 0. Django's own
+options (``--settings``, ``--pythonpath``, ``-v``...) are taken before or after ``worker``.
 """
 
 from __future__ import annotations
@@ -55,9 +56,19 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        self._base_arguments: list[tuple[tuple[str, ...], dict[str, Any]]] = []
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         parser.error = functools.partial(_OneLineParser.error, parser)
         return parser
+
+    def add_base_argument(self, parser: CommandParser, *args: str, **kwargs: Any) -> None:
+        """Django's options of every command (``--settings``, ``--pythonpath``, ``-v``...),
+        noted to be given to ``worker`` too: argparse hands what follows a subcommand to
+        its parser alone, and ``manage.py pgenough worker --settings X`` is how a project
+        that adds ``--settings`` to its commands writes it."""
+        super().add_base_argument(parser, *args, **kwargs)
+        if kwargs.get("action") != "version":
+            self._base_arguments.append((args, kwargs))
 
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(
@@ -101,6 +112,11 @@ class Command(BaseCommand):
             type=_bounded(int, 0, 65535),
             help="Serve Prometheus metrics at /metrics on this port.",
         )
+        django_options = run.add_argument_group("Django's options (as before `worker`)")
+        for args, kwargs in self._base_arguments:
+            # SUPPRESS: unless given here, the value parsed before `worker` (or its
+            # default) stays; a default here would overwrite it.
+            django_options.add_argument(*args, **{**kwargs, "default": argparse.SUPPRESS})
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["pgenough_command"] == "worker":
