@@ -19,7 +19,7 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import JobRecord, JobState, QueueStats
+from pgenough.core import AttemptError, JobRecord, JobState, QueueStats
 from pgenough.plans.runs import RunStatus
 
 if TYPE_CHECKING:
@@ -474,14 +474,38 @@ def job_detail(job: JobRecord, now: datetime, run_of: RunOf) -> RenderableType:
             facts.add_row(name, value)
     errors = _table(_num("attempt"), "at", "worker", _text("error"), title="errors")
     for e in job.errors:
-        # Whole, not cut: this is where an operator reads a traceback.
-        errors.add_row(
-            str(e.get("attempt", "")), str(e.get("at", "")), e.get("worker") or "-", e.get("error")
-        )
+        # Whole, not cut: this is where an operator reads what went wrong.
+        errors.add_row(_attempt(e), _when(e), e.worker or "-", e.error)
     if not job.errors:
         errors.caption = "no failed attempt recorded"
     payload = Group(Text("payload", style="bold"), JSON.from_data(job.payload, sort_keys=True))
-    return _spaced([facts, payload, errors])
+    return _spaced([facts, payload, errors, *tracebacks(job.errors)])
+
+
+def tracebacks(errors: Sequence[AttemptError]) -> list[RenderableType]:
+    """Each failed attempt that kept its traceback (the newest few do), newest last: a
+    heading naming the attempt, then the traceback as Python printed it, whole, its
+    innermost frame and the exception last, where the eye lands."""
+    shown: list[RenderableType] = []
+    for e in errors:
+        if e.traceback is None:
+            continue
+        heading = Text(f"traceback of attempt {_attempt(e)}", style="bold")
+        heading.append(f" ({_when(e)}, {e.worker or 'unknown worker'})", style="dim")
+        indented = "\n".join(f"  {line}" for line in e.traceback.rstrip("\n").splitlines())
+        trace = Text(indented, overflow="fold")
+        trace.highlight_regex(r'File "[^"]*", line \d+', "cyan")
+        trace.highlight_regex(r"(?m)^  \S.*$", "red")  # what Python does not indent: the exception
+        shown.append(Group(heading, trace))
+    return shown
+
+
+def _attempt(e: AttemptError) -> str:
+    return "-" if e.attempt is None else str(e.attempt)
+
+
+def _when(e: AttemptError) -> str:
+    return "-" if e.at is None else e.at.isoformat()
 
 
 def _stamp(when: datetime | None, now: datetime) -> str:

@@ -23,6 +23,7 @@ from pgenough.cli.base import (
     _settings,
     _setup_logging,
     out,
+    quiet_jobs,
 )
 from pgenough.cli.inspecting import JsonOption, _inspect, _now, _show
 from pgenough.cli.workers import MetricsPortOption, _ready_core_pool, _serve_metrics
@@ -183,6 +184,14 @@ def worker_run(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Drain every claimable job, then exit.")
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            help="No line per job done (failures are still logged, with their traceback);"
+            " or PGENOUGH_LOG_JOBS=0.",
+        ),
+    ] = False,
     metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run your tasks: one process, one executor per queue, one listening connection and one
@@ -192,6 +201,8 @@ def worker_run(
     runtime error, 2 on bad usage or configuration."""
     settings = _settings()
     _setup_logging(settings)
+    if quiet:
+        quiet_jobs()
     queues = _queue_option(queue)
     try:
         app = load_app(app_spec)
@@ -236,12 +247,7 @@ def worker_run(
                 config.batch_size,
             )
             stats = await worker.run(until_idle=until_idle, handle_signals=True)
-            log.info(
-                "%s stopped: %d job(s) completed, %d failed attempt(s)",
-                name,
-                stats.completed,
-                stats.failed,
-            )
+            log.info("%s stopped: %s", name, stats.summary())
             return 0
         finally:
             await pool.close()

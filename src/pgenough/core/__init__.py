@@ -13,6 +13,7 @@ from pgenough.core.errors import (
     PgenoughError,
     RetryIn,
     SchemaMissing,
+    TaskFailed,
     TaskTimeout,
 )
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
@@ -32,6 +33,7 @@ from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
+    AttemptError,
     EnqueueOptions,
     Job,
     JobFailures,
@@ -43,6 +45,7 @@ from pgenough.core.queue import (
     discard_job,
     enqueue,
     enqueue_many,
+    fail,
     get_job,
     job_failures,
     jobs_by_payload,
@@ -79,6 +82,7 @@ __all__ = [  # noqa: RUF022
     "AnyConnection",
     "App",
     "AppNotFound",
+    "AttemptError",
     "Backoff",
     "BatchHandler",
     "BatchTask",
@@ -119,6 +123,7 @@ __all__ = [  # noqa: RUF022
     "Task",
     "TaskArgumentsError",
     "TaskContext",
+    "TaskFailed",
     "TaskTimeout",
     "ThreadHandler",
     "Tick",
@@ -137,6 +142,7 @@ __all__ = [  # noqa: RUF022
     "discard_job",
     "enqueue",
     "enqueue_many",
+    "fail",
     "get_job",
     "job_failures",
     "jobs_by_payload",

@@ -30,7 +30,8 @@ from typing import Any, Literal, overload
 
 import psycopg
 
-from pgenough.core.executor import failure_outcome
+from pgenough.core.errors import TaskFailed
+from pgenough.core.failures import failure_outcome
 from pgenough.core.queue import Job, NewJob, claim_in_process, complete_many, enqueue_job, fail_job
 from pgenough.core.retry import Backoff
 from pgenough.core.statements import AnyConnection, Atomic, Call, Steps, run
@@ -123,7 +124,8 @@ def run_jobs(
     sync connection (an async task on a private event loop), awaitable on an async one.
 
     With ``raise_on_failure`` (the default) the first task error is raised once every job
-    has run, its failure recorded (so a test fails loudly); without, read ``report.failed``.
+    has run, its failure recorded (so a test fails loudly), except a ``TaskFailed``, whose
+    handler recorded the failure as its outcome; without, read ``report.failed``.
     Jobs of kinds no task of ``app`` has are left alone."""
     if limit < 1:
         raise ValueError("limit must be >= 1")
@@ -207,7 +209,9 @@ def _run_steps(
         runs.append((yield from _run_one(app, job, rng)))
     if raise_on_failure:
         for ran in runs:
-            if ran.exception is not None:
+            # A TaskFailed's handler has dealt with its failure (a Django task's FAILED
+            # result, which Django's own backends record without raising).
+            if ran.exception is not None and not isinstance(ran.exception, TaskFailed):
                 raise ran.exception
     return RunReport(runs, stopped_at_limit=stopped)
 
@@ -224,26 +228,40 @@ def _peek(claim: Steps[Job | None]) -> Steps[None]:
 def _run_one(app: App, job: Job, rng: random.Random) -> Steps[JobRun]:
     task = app.tasks[job.kind]
     try:
-        yield Atomic(_attempt(task.run_in_process, job))
+        failed = yield Atomic(_attempt(task.run_in_process, job))
+        if failed is not None:
+            raise failed
     except Exception as exc:
         outcome = failure_outcome(exc, job, task.backoff or Backoff(), rng)
+        # Nothing to do if its handler recorded it (TaskFailed after fail()): not its claim.
         state = yield from fail_job.steps(
-            job, outcome.error, outcome.delay, give_up=outcome.give_up
+            job,
+            outcome.error,
+            outcome.delay,
+            give_up=outcome.give_up,
+            traceback=outcome.traceback,
         )
+        dead = state == "dead" or (state is None and isinstance(exc, TaskFailed))
         return JobRun(
             job.id,
             job.kind,
             job.queue,
             job.attempts,
-            "dead" if state == "dead" else "ready",
+            "dead" if dead else "ready",
             outcome.error,
             exc,
         )
     return JobRun(job.id, job.kind, job.queue, job.attempts, "completed")
 
 
-def _attempt(call: Any, job: Job) -> Steps[None]:
+def _attempt(call: Any, job: Job) -> Steps[TaskFailed | None]:
     """The task and its job's completion, in the savepoint ``_run_one`` opens: a task that
-    completed its job itself (``complete(conn, ctx.job)``) leaves nothing to complete."""
-    yield Call(lambda conn: call(job, conn))
+    completed its job itself (``complete(conn, ctx.job)``) leaves nothing to complete. A
+    ``TaskFailed`` is answered, not raised, so that the savepoint keeps what its handler
+    wrote with it (its own record of the failure: ``fail(conn, job, exc)``)."""
+    try:
+        yield Call(lambda conn: call(job, conn))
+    except TaskFailed as failed:
+        return failed
     yield from complete_many.steps([job])
+    return None
