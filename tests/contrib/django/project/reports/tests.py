@@ -6,6 +6,7 @@ Run by tests/contrib/django/test_tasks_backend.py as ``manage.py test reports`` 
 """
 
 import asyncio
+import inspect
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ from django.utils import timezone
 from pgenough.contrib.django import backend as pgenough_backend
 from pgenough.contrib.django.db import conninfo
 from pgenough.contrib.django.schema import MIGRATIONS
-from pgenough.core import migrate
+from pgenough.core import get_job, migrate
 from pgenough.core.orm import django_connection
 from reports import tasks
 from reports.inprocess import run_until_idle
@@ -336,7 +337,10 @@ class WorkerTests(Schema, TransactionTestCase):
         lost = tasks.lose_the_connection.enqueue()
         after = tasks.add.enqueue(1, 1)
 
-        self.work(concurrency=1)
+        stats = self.work(concurrency=1)
+
+        # Each FAILED task is a failed attempt and a dead job for the worker's count.
+        self.assertEqual((stats.completed, stats.failed, stats.dead), (1, 5, 5))
 
         lost.refresh()
         self.assertEqual(lost.status, TaskResultStatus.FAILED)
@@ -355,9 +359,34 @@ class WorkerTests(Schema, TransactionTestCase):
                 self.assertIn(message, result.errors[0].traceback)
                 self.assertEqual(result.attempts, 1)  # Django's semantics: no retry
                 self.assertIsNotNone(result.finished_at)
-                self.assertIsNone(job_row(result.id))  # the job is done, not dead
+                # The job is dead with the same failure, as any pgenough job's.
+                job = get_job(django_connection(), int(result.id))
+                self.assertEqual((job.state, job.attempts), ("dead", 1))
+                [attempt] = job.errors
+                self.assertTrue(attempt.error.startswith(exception.__name__), attempt.error)
+                self.assertIn(message, attempt.traceback)
         after.refresh()
         self.assertEqual(after.return_value, 2)
+
+    def test_a_failing_tasks_traceback_is_the_jobs_too(self) -> None:
+        """Django's result keeps its traceback; so does the job, in ``jobs.errors``: the
+        file and line of the task's raise, for ``pgenough job ID``, the admin, the
+        dashboard."""
+        result = tasks.fail.enqueue()
+        self.work()
+        result.refresh()
+        source, first = inspect.getsourcelines(tasks.fail.func)
+        line = first + next(i for i, text in enumerate(source) if "raise ValueError" in text)
+        where = f'File "{inspect.getsourcefile(tasks.fail.func)}", line {line}, in fail'
+        self.assertIn(where, result.errors[0].traceback)  # Django's own, as before
+        job = get_job(django_connection(), int(result.id))
+        self.assertEqual(job.state, "dead")
+        self.assertEqual(job.last_error, "ValueError: This task failed due to ValueError")
+        [attempt] = job.errors
+        self.assertIn(where, attempt.traceback)
+        self.assertTrue(
+            attempt.traceback.endswith("ValueError: This task failed due to ValueError\n")
+        )
 
     def test_a_task_that_cannot_be_loaded_fails(self) -> None:
         result = tasks.noop.enqueue()
@@ -367,7 +396,7 @@ class WorkerTests(Schema, TransactionTestCase):
                 ['"reports.tasks.gone"'],
             )
         stats = self.work()
-        self.assertEqual(stats.failed, 0)
+        self.assertEqual((stats.failed, stats.dead), (1, 1))
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT status, errors -> 0 ->> 'exception_class_path'"
@@ -375,7 +404,9 @@ class WorkerTests(Schema, TransactionTestCase):
                 [int(result.id)],
             )
             self.assertEqual(cur.fetchone(), ("FAILED", "builtins.ImportError"))
-        self.assertIsNone(job_row(result.id))
+        job = get_job(django_connection(), int(result.id))
+        self.assertEqual(job.state, "dead")
+        self.assertIn('does not define a "gone" attribute', job.errors[0].traceback)
 
     def test_the_outcome_commits_with_the_jobs_completion_or_not_at_all(self) -> None:
         result = tasks.discarded_while_running.enqueue()
@@ -412,7 +443,8 @@ class WorkerTests(Schema, TransactionTestCase):
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.FAILED)
         self.assertEqual(result.attempts, pgenough_backend.run_django_task.options.max_attempts)
-        self.assertIsNone(job_row(result.id))  # completed with its FAILED result, not dead
+        job = get_job(django_connection(), int(result.id))  # dead with its FAILED result
+        self.assertEqual((job.state, job.last_error), ("dead", "RetryIn: never done (retry in 0s)"))
 
     def test_the_pruning_job(self) -> None:
         old, recent = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
