@@ -17,7 +17,7 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import JobFailures, JobRecord, JobState, QueueStats
+from pgenough.core import AttemptError, JobFailures, JobRecord, JobState, QueueStats
 
 __all__ = [
     "ERROR_WIDTH",
@@ -41,6 +41,7 @@ __all__ = [
     "status",
     "status_view",
     "text_column",
+    "tracebacks",
 ]
 
 STATUS_STYLES: Mapping[str, str] = {
@@ -266,14 +267,38 @@ def job_detail(job: JobRecord, now: datetime) -> RenderableType:
         number_column("attempt"), "at", "worker", text_column("error"), title="errors"
     )
     for e in job.errors:
-        # Whole, not cut: this is where an operator reads a traceback.
-        errors.add_row(
-            str(e.get("attempt", "")), str(e.get("at", "")), e.get("worker") or "-", e.get("error")
-        )
+        # Whole, not cut: this is where an operator reads what went wrong.
+        errors.add_row(_attempt(e), _when(e), e.worker or "-", e.error)
     if not job.errors:
         errors.caption = "no failed attempt recorded"
     payload = Group(Text("payload", style="bold"), JSON.from_data(job.payload, sort_keys=True))
-    return spaced([facts, payload, errors])
+    return spaced([facts, payload, errors, *tracebacks(job.errors)])
+
+
+def tracebacks(errors: Sequence[AttemptError]) -> list[RenderableType]:
+    """Each failed attempt that kept its traceback (the newest few do), newest last: a
+    heading naming the attempt, then the traceback as Python printed it, whole, its
+    innermost frame and the exception last, where the eye lands."""
+    shown: list[RenderableType] = []
+    for e in errors:
+        if e.traceback is None:
+            continue
+        heading = Text(f"traceback of attempt {_attempt(e)}", style="bold")
+        heading.append(f" ({_when(e)}, {e.worker or 'unknown worker'})", style="dim")
+        indented = "\n".join(f"  {line}" for line in e.traceback.rstrip("\n").splitlines())
+        trace = Text(indented, overflow="fold")
+        trace.highlight_regex(r'File "[^"]*", line \d+', "cyan")
+        trace.highlight_regex(r"(?m)^  \S.*$", "red")  # what Python does not indent: the exception
+        shown.append(Group(heading, trace))
+    return shown
+
+
+def _attempt(e: AttemptError) -> str:
+    return "-" if e.attempt is None else str(e.attempt)
+
+
+def _when(e: AttemptError) -> str:
+    return "-" if e.at is None else e.at.isoformat()
 
 
 def stamp(when: datetime | None, now: datetime) -> str:

@@ -127,6 +127,11 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         default="text", description="Log lines as text, or as one JSON object each."
     )
+    log_jobs: bool = Field(
+        default=True,
+        description="Workers log a line per job done (logger pgenough.jobs, INFO); false keeps"
+        " only the failures' lines (or `pgenough worker run --quiet`).",
+    )
     event_loop: EventLoopChoice = Field(
         default=DEFAULT_EVENT_LOOP,
         description="The commands' event loop: auto = uvloop when installed, else asyncio's.",

@@ -246,7 +246,7 @@ async def test_a_raising_job_fails_alone_and_the_others_commit_exactly_once(
     assert calls == [[bad]]
     record_ = await get_job_record(effects, bad)
     assert (record_.state, record_.attempts) == ("dead", 2)  # max_attempts=2 spent
-    assert [e["error"] for e in record_.errors] == [f"ValueError: bad job {bad}"] * 2
+    assert [e.error for e in record_.errors] == [f"ValueError: bad job {bad}"] * 2
     assert await effect_counts(effects) == {i: 1 for i in ids if i != bad}
 
 

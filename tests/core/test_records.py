@@ -41,7 +41,7 @@ STATEMENTS: list[tuple[str, type[Any], dict[str, Any]]] = [
     ("list_jobs", JobRecord, _LIST),
     ("stats", QueueStats, {}),
     ("job_failures_since", JobFailures, {"window": 60.0}),
-    ("requeue_stuck", Requeued, {"limit": 1}),
+    ("requeue_stuck", Requeued, {"limit": 1, "errors_kept": 20}),
     ("jobs_by_payload", JobRecord, {"queue": "q", "kind": "k", "key": "k", "value": "1"}),
 ]
 

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import App, GiveUp, complete, get_job, list_jobs
-from pgenough.core.testing import TaskFailed, run_jobs
+from pgenough.core import App, GiveUp, TaskFailed, complete, fail, get_job, list_jobs
+from pgenough.core.testing import run_jobs
 from tests.core.test_orm import django_ready
 
 pytestmark = pytest.mark.db
@@ -184,23 +184,23 @@ async def test_run_jobs_on_an_async_connection(async_conn: psycopg.AsyncConnecti
 async def test_a_failure_the_task_recorded_as_its_outcome_is_kept_reported_and_raised(
     async_conn: psycopg.AsyncConnection[Any],
 ) -> None:
-    """``TaskFailed`` (as the django.tasks backend raises for a FAILED result): what the
-    attempt wrote stays, the job is completed (never retried), the run is ``failed`` and
-    the task's own error is raised."""
+    """``TaskFailed`` (as the django.tasks backend raises for a FAILED result), after the
+    task's own ``fail`` or without it: what the attempt wrote stays, the job is dead (never
+    retried), the run is ``dead`` and the task's own error is raised."""
     app = App()
     modes: list[bool] = []
 
     @app.task(name="recorded", pass_context=True)
     async def recorded(ctx: Any, order_id: int) -> None:
         modes.append(ctx.test_mode)
-        async with ctx.pool.connection() as conn:
-            await conn.execute("INSERT INTO tm_outcomes VALUES (%s)", [order_id])
-            if order_id == 1:
-                await complete(conn, ctx.job)  # the outcome and the completion, together
         try:
             raise Boom(f"order {order_id}")
         except Boom as exc:
-            raise TaskFailed(exc) from exc
+            async with ctx.pool.connection() as conn:
+                await conn.execute("INSERT INTO tm_outcomes VALUES (%s)", [order_id])
+                if order_id == 1:
+                    await fail(conn, ctx.job, exc)  # the outcome and the job's end, together
+            raise TaskFailed from exc
 
     await async_conn.execute("CREATE TABLE tm_outcomes (id int)")
     first = await recorded.enqueue(async_conn, order_id=1)
@@ -211,13 +211,15 @@ async def test_a_failure_the_task_recorded_as_its_outcome_is_kept_reported_and_r
     assert "raise Boom" in "".join(traceback.format_exception(raised.value))  # the task's
     report = await run_jobs(async_conn, app, raise_on_failure=False)
     [run] = report.runs
-    assert (run.id, run.state, run.error) == (second, "failed", "Boom: order 2")
+    assert (run.id, run.state, run.error) == (second, "dead", "Boom: order 2")
     assert isinstance(run.exception, Boom)
     assert report.failed == [run] and report.completed_kinds == []
     assert modes == [True, True]
     cur = await async_conn.execute("SELECT id FROM tm_outcomes ORDER BY id")
     assert await cur.fetchall() == [(1,), (2,)]  # kept, not rolled back
-    assert await list_jobs(async_conn) == []  # completed, not retried
+    jobs = await list_jobs(async_conn)
+    assert sorted((j.id, j.state) for j in jobs) == [(first, "dead"), (second, "dead")]
+    assert all("raise Boom" in (j.errors[-1].traceback or "") for j in jobs)
 
 
 def test_a_batch_task_on_a_sync_connection_says_what_it_needs(

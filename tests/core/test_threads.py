@@ -145,10 +145,10 @@ async def test_a_function_past_its_timeout_keeps_its_job_until_it_returns(
     async with db.connection() as conn:
         job = await get_job(conn, job_id)
     assert job is not None and job.attempts == 2
-    assert job.errors[0]["error"].startswith(
+    assert job.errors[0].error.startswith(
         "TaskTimeout: task 'overrun' ran past its timeout of 0.5s (its thread ran 4."
     )
-    assert not any("lease expired" in e["error"] for e in job.errors)
+    assert not any("lease expired" in e.error for e in job.errors)
 
 
 async def test_sigterm_never_hands_back_a_running_function(

@@ -76,7 +76,7 @@ async def test_failures_back_off_then_dead_letter_then_operator_retry(
     assert record is not None
     assert (record.state, record.attempts) == ("dead", 3)
     assert record.finished_at is not None
-    assert [e["error"] for e in record.errors] == [f"ValueError: boom {n}" for n in (1, 2, 3)]
+    assert [e.error for e in record.errors] == [f"ValueError: boom {n}" for n in (1, 2, 3)]
     assert calls == [1, 2, 3]
 
     # Dead jobs are not claimed...

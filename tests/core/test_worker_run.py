@@ -6,6 +6,7 @@ duties; SIGTERM lets running jobs finish or hands them back; usage errors are on
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
@@ -19,13 +20,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import get_job, list_jobs
 from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
-from tests.helpers import taskapp
+from tests.helpers import failapp, taskapp
 from tests.helpers.procs import ROOT, WORKER_STARTED, Proc, wait_until
 
 pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 PGENOUGH = str(Path(sys.executable).with_name("pgenough"))
 SPEC = "tests.helpers.taskapp:app"
+FAILAPP = "tests.helpers.failapp:app"
 METRICS = re.compile(r"metrics at (http://\S+/metrics)")
 
 
@@ -446,3 +448,59 @@ def test_an_eager_app_under_a_worker_is_warned_about(
     )
     assert done.returncode == 0, done.stderr
     assert f"{SPEC} is eager (App(eager=True) or PGENOUGH_EAGER)" in done.stderr
+
+
+async def test_a_failure_is_in_the_json_log_the_summary_and_pgenough_job(
+    db: AsyncConnectionPool, worker_env: dict[str, str]
+) -> None:
+    """A failed attempt's traceback, from the raise in the task's file: in the JSON log
+    line (``exc_info``), in ``pgenough job ID`` (tables and ``--json``); the final line
+    counts it; each job done has its INFO line, which ``--quiet`` silences."""
+    async with db.connection() as conn:
+        doomed = await failapp.fail_once.enqueue(conn, n=7)
+        fine = await failapp.ok.enqueue(conn, n=1)
+    done = await asyncio.to_thread(
+        run_pgenough,
+        worker_env,
+        *("--log-format", "json", "worker", "run", FAILAPP, "--until-idle"),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    [failed] = [line for line in lines if line.get("job_id") == doomed]
+    assert failed["level"] == "ERROR" and failed["logger"] == "pgenough.jobs"
+    assert failed["message"].endswith(": ValueError: no such order 7")
+    assert failapp.WHERE in failed["exc_info"]
+    assert failed["exc_info"].endswith("ValueError: no such order 7")
+    [ok] = [line for line in lines if line.get("job_id") == fine]
+    assert ok["level"] == "INFO" and f"job {fine} done (fail.ok, " in ok["message"]
+    [summary] = [line["message"] for line in lines if " stopped: " in line["message"]]
+    assert summary.endswith(
+        ": 1 job(s) completed, 1 failed attempt(s) (0 to retry), 1 dead-lettered, 0 lost"
+        " claim(s), 0 handed back (no task here for their kind)"
+    )
+
+    shown = await asyncio.to_thread(run_pgenough, worker_env, "job", str(doomed))
+    assert shown.returncode == 0, shown.stderr
+    assert "traceback of attempt 1" in shown.stdout
+    assert f"line {failapp.RAISE_LINE}, in fail_once" in shown.stdout
+    assert failapp.FILE in shown.stdout.replace("\n", "")  # a long path may wrap
+    as_json = await asyncio.to_thread(run_pgenough, worker_env, "job", str(doomed), "--json")
+    [attempt] = json.loads(as_json.stdout)["errors"]
+    assert failapp.WHERE in attempt["traceback"]
+
+    async with db.connection() as conn:
+        quiet_one = await failapp.ok.enqueue(conn, n=2)
+    quiet = await asyncio.to_thread(
+        run_pgenough, worker_env, "worker", "run", FAILAPP, "--until-idle", "--quiet"
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert f"job {quiet_one} " not in quiet.stderr
+    assert "1 job(s) completed" in quiet.stderr
+    async with db.connection() as conn:
+        louder = await failapp.ok.enqueue(conn, n=3)
+    settled = await asyncio.to_thread(
+        run_pgenough,
+        {**worker_env, "PGENOUGH_LOG_JOBS": "0"},
+        *("worker", "run", FAILAPP, "--until-idle"),
+    )
+    assert settled.returncode == 0 and f"job {louder} " not in settled.stderr

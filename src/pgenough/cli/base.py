@@ -30,6 +30,7 @@ from typer._click.globals import get_current_context
 
 from pgenough import __version__, eventloop, logs
 from pgenough.core import PgenoughError
+from pgenough.core.executor import JOBS_LOGGER
 from pgenough.settings import ConfigFileError, Settings
 
 app = typer.Typer(
@@ -149,6 +150,14 @@ def setup_logging(settings: Settings) -> None:
     logs.setup(settings.log_level, _log_format or settings.log_format, stream=sys.stderr)
     # One line per HTTP request of a client is noise, not information.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    if not settings.log_jobs:
+        quiet_jobs()
+
+
+def quiet_jobs() -> None:
+    """No line per job done, for every worker of this process; failures are still logged
+    (``PGENOUGH_LOG_JOBS=0``, ``worker run --quiet``)."""
+    logging.getLogger(JOBS_LOGGER).setLevel(logging.WARNING)
 
 
 def finite(value: float | None) -> float | None:

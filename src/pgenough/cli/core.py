@@ -18,6 +18,7 @@ from pgenough.cli.base import (
     finite,
     load_settings,
     out,
+    quiet_jobs,
     run,
     setup_logging,
 )
@@ -145,6 +146,14 @@ def worker_run(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Drain every claimable job, then exit.")
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            help="No line per job done (failures are still logged, with their traceback);"
+            " or PGENOUGH_LOG_JOBS=0.",
+        ),
+    ] = False,
     metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run your tasks: one process, one executor per queue, one listening connection and one
@@ -154,6 +163,8 @@ def worker_run(
     runtime error, 2 on bad usage or configuration."""
     settings = load_settings(Settings)
     setup_logging(settings)
+    if quiet:
+        quiet_jobs()
     queues = _queue_option(queue)
     try:
         app = load_app(app_spec)
@@ -198,12 +209,7 @@ def worker_run(
                 config.batch_size,
             )
             stats = await worker.run(until_idle=until_idle, handle_signals=True)
-            log.info(
-                "%s stopped: %d job(s) completed, %d failed attempt(s)",
-                name,
-                stats.completed,
-                stats.failed,
-            )
+            log.info("%s stopped: %s", name, stats.summary())
             return 0
         finally:
             await pool.close()

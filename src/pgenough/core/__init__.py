@@ -13,6 +13,7 @@ from pgenough.core.errors import (
     PgenoughError,
     RetryIn,
     SchemaMissing,
+    TaskFailed,
     TaskTimeout,
     first_line,
 )
@@ -33,6 +34,7 @@ from pgenough.core.migrations import MigrationSet, migrate, schema_version
 from pgenough.core.periodic import Claim, Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
+    AttemptError,
     EnqueueOptions,
     Job,
     JobFailures,
@@ -44,6 +46,7 @@ from pgenough.core.queue import (
     discard_job,
     enqueue,
     enqueue_many,
+    fail,
     get_job,
     job_failures,
     jobs_by_payload,
@@ -82,6 +85,7 @@ __all__ = [  # noqa: RUF022
     "App",
     "AppNotFound",
     "AsyncConn",
+    "AttemptError",
     "Backoff",
     "BatchHandler",
     "BatchTask",
@@ -126,6 +130,7 @@ __all__ = [  # noqa: RUF022
     "TaskArgumentsError",
     "TaskContext",
     "TaskService",
+    "TaskFailed",
     "TaskTimeout",
     "ThreadHandler",
     "Tick",
@@ -145,6 +150,7 @@ __all__ = [  # noqa: RUF022
     "enqueue",
     "enqueue_many",
     "first_line",
+    "fail",
     "get_job",
     "job_failures",
     "jobs_by_payload",

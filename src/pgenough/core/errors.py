@@ -13,7 +13,9 @@ One root, a few branches that callers actually catch::
     ├── TaskTimeout              an attempt ran past its task's timeout (retried)
     └── JobOutcome               raised by a handler to choose what happens to its job
         ├── RetryIn(seconds)     run again after this delay (counts as an attempt)
-        └── GiveUp               dead-letter now, whatever the attempts left
+        ├── GiveUp               dead-letter now, whatever the attempts left
+        └── TaskFailed           the job is finished and its task failed: dead now, as
+                                 the handler recorded it (``fail(conn, job, exc)``)
 
 psycopg exceptions are translated once, at the boundary (``translate_db_errors``), and
 chained with ``from``.
@@ -91,6 +93,25 @@ class RetryIn(JobOutcome):
 
 class GiveUp(JobOutcome):
     """Dead-letter the job now; an operator can still retry it."""
+
+
+class TaskFailed(JobOutcome):
+    """The job is finished and its task failed: what a handler raises once it has recorded
+    that itself, with ``fail(conn, job, exc)`` in the transaction holding its own writes (the
+    Django backend: the task's FAILED result), so that both commit together. Raise it *from*
+    the task's exception::
+
+        with transaction:                      # the handler's own
+            record_my_outcome(...)
+            fail(conn, job, exc)               # dead, exc's error and traceback recorded
+        raise TaskFailed from exc
+
+    The worker then records nothing more (the job is no longer its claim: the statement finds
+    nothing to do); it counts the attempt as failed and dead-lettered, and logs it with the
+    traceback. Raised without ``fail`` first, the worker dead-letters the job itself, after
+    the handler's transaction, as for ``GiveUp``, with the error of the exception it was
+    raised from (or its own message, when it has one). Test mode keeps what the handler
+    wrote and does not re-raise it: the handler has dealt with the failure."""
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:

@@ -48,7 +48,8 @@ from psycopg.postgres import types as pg_types
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance, metrics, queue
-from pgenough.core.errors import GiveUp, JobOutcome, LeaseLost, RetryIn, TaskTimeout
+from pgenough.core.errors import LeaseLost, RetryIn, TaskFailed, TaskTimeout
+from pgenough.core.failures import Outcome, failure_outcome
 from pgenough.core.job_states import JobState
 from pgenough.core.logcontext import context_with
 from pgenough.core.queue import (
@@ -61,6 +62,12 @@ from pgenough.core.retry import Backoff, Reconnect
 
 # The worker's logger, as before the executor had a module of its own.
 log = logging.getLogger("pgenough.core.worker")
+JOBS_LOGGER = "pgenough.jobs"
+"""The logger of the line each finished job gets (``_Executor._job_line``): INFO for a job
+done (or handed back, or retried as its task asked), WARNING for a failed attempt to retry or
+a lost claim, ERROR for a job dead-lettered; a failure's line carries its traceback. Set it
+to WARNING to keep only the failures (``PGENOUGH_LOG_JOBS=0``, ``worker run --quiet``)."""
+jobs_log = logging.getLogger(JOBS_LOGGER)
 
 Handler: TypeAlias = Callable[[Job], Awaitable[None]]
 BatchFn: TypeAlias = Callable[[psycopg.AsyncConnection[Any], Sequence[Job]], Awaitable[None]]
@@ -167,10 +174,35 @@ AnyHandler: TypeAlias = Handler | BatchHandler | ThreadHandler
 
 @dataclass
 class WorkerStats:
+    """What a worker did, counted per job or attempt (``Worker.stats`` sums its queues)."""
+
     claimed: int = 0
     completed: int = 0
+    """Jobs whose handler returned (a batch's, once its transaction committed)."""
     failed: int = 0
+    """Attempts that raised and were recorded as failed (retried, dead-lettered, or found
+    lost when recorded), a task that failed under its own handler's record included
+    (``TaskFailed``: a Django task's FAILED result)."""
     lost: int = 0
+    """Claims lost before the job could be completed or its failure recorded: reclaimed
+    after the lease expired, or cancelled by an operator."""
+    retried: int = 0
+    """Failed attempts whose job is to run again (after its backoff, or as ``RetryIn``
+    asked)."""
+    dead: int = 0
+    """Jobs this worker dead-lettered: attempts spent, ``GiveUp``, ``TaskFailed``, or a kind
+    no task handles past the grace."""
+    handed_back: int = 0
+    """Jobs of a kind no task of this worker handles, handed back for another worker (no
+    attempt counted)."""
+
+    def summary(self) -> str:
+        """These counts in words: the worker commands' final line."""
+        return (
+            f"{self.completed} job(s) completed, {self.failed} failed attempt(s)"
+            f" ({self.retried} to retry), {self.dead} dead-lettered, {self.lost} lost"
+            f" claim(s), {self.handed_back} handed back (no task here for their kind)"
+        )
 
 
 class _Executor:
@@ -443,7 +475,7 @@ class _Executor:
         handler = self.handlers.get(job.kind)
         if handler is None:
             try:
-                await self._unhandled(job)
+                await self._unhandled(job, started)
             finally:
                 self._forget(job)
             return
@@ -454,14 +486,24 @@ class _Executor:
             else:
                 await handler(job)
         except asyncio.CancelledError:
+            self._job_line(logging.WARNING, job, "interrupted", started, note="shutting down")
             raise
         except Exception as exc:
             # A handler may carry its own retry policy (a task does).
-            await self._failed(job, exc, getattr(handler, "backoff", None))
+            await self._failed(job, exc, getattr(handler, "backoff", None), started)
         else:
             self.stats.completed += 1
             self._unreported += 1
             self._done.append(job)
+            # The one line per job on the hot path: nothing is built unless it is logged.
+            if jobs_log.isEnabledFor(logging.INFO):
+                jobs_log.info(
+                    "%s: job %d done (%s, %.3fs)",
+                    self.name,
+                    job.id,
+                    job.kind,
+                    time.perf_counter() - started,
+                )
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
             self._forget(job)
@@ -549,27 +591,112 @@ class _Executor:
             del self._inflight[job.id]
         self.wake.set()
 
-    async def _failed(self, job: Job, exc: Exception, backoff: Backoff | None) -> None:
-        """A job's attempt raised: retry it, dead-letter it, or note that it is lost."""
+    async def _failed(
+        self, job: Job, exc: Exception, backoff: Backoff | None, started: float
+    ) -> None:
+        """A job's attempt raised: retry it, dead-letter it, or note that it is lost; and
+        say so in its line, with the traceback."""
         if isinstance(exc, TaskTimeout):
             self._metrics.timed_out.inc()
         if isinstance(exc, LeaseLost):
+            # Nothing to record: the job is no longer this attempt's.
             self.stats.lost += 1
-            log.warning("%s: job %d lost its claim before completing", self.name, job.id)
+            self._job_line(logging.WARNING, job, "lost its claim before completing", started)
             return
-        if not isinstance(exc, JobOutcome):
-            log.warning(
-                "%s: job %d (%s) attempt %d failed: %r",
-                self.name,
-                job.id,
-                job.kind,
-                job.attempts,
-                exc,
-            )
         outcome = failure_outcome(exc, job, backoff or self.config.backoff, self._rng)
-        await self._fail(job, outcome.error, outcome.delay, give_up=outcome.give_up)
+        recorded, state = await self._record(job, outcome, exc, started)
+        if not recorded:
+            return
+        traced = exc if outcome.traceback is not None else None
+        if state is None and isinstance(exc, TaskFailed):
+            state = JobState.DEAD  # its handler recorded it (fail()), in its own transaction
+        if state is None:
+            self.stats.lost += 1
+            self._job_line(
+                logging.WARNING,
+                job,
+                "lost its claim before its failure was recorded",
+                started,
+                error=outcome.error,
+                exc=traced,
+            )
+        elif state == JobState.DEAD:
+            self._metrics.dead.inc()
+            self.stats.dead += 1
+            what = "failed, dead-lettered"
+            self._job_line(logging.ERROR, job, what, started, error=outcome.error, exc=traced)
+        else:
+            self._metrics.retried.inc()
+            self.stats.retried += 1
+            if isinstance(exc, RetryIn):
+                what, level = f"retry in {outcome.delay:g}s, as asked", logging.INFO
+            else:
+                what, level = f"failed, retry in {outcome.delay:.1f}s", logging.WARNING
+            self._job_line(level, job, what, started, error=outcome.error, exc=traced)
 
-    async def _unhandled(self, job: Job) -> None:
+    async def _record(
+        self, job: Job, outcome: Outcome, exc: Exception, started: float
+    ) -> tuple[bool, str | None]:
+        """Record a failed attempt: (True, the job's new state or None when the claim was
+        lost), or (False, None) when the database refused (then said in the job's line)."""
+        self._metrics.failed.inc()
+        self.stats.failed += 1
+        try:
+            async with self.pool.connection() as conn:
+                state = await queue.record_failure(
+                    conn,
+                    job,
+                    outcome.error,
+                    outcome.delay,
+                    give_up=outcome.give_up,
+                    traceback=outcome.traceback,
+                )
+            return True, state
+        except psycopg.Error as db_exc:
+            # The claim stays 'running'; the rescuer takes it back when its lease expires.
+            self._job_line(
+                logging.ERROR,
+                job,
+                "failed, and its failure could not be recorded",
+                started,
+                error=f"{outcome.error} (recording it: {db_exc}; its lease expires and the"
+                " rescuer hands it out again)",
+                exc=exc if outcome.traceback is not None else None,
+            )
+            return False, None
+
+    def _job_line(
+        self,
+        level: int,
+        job: Job,
+        outcome: str,
+        started: float,
+        *,
+        error: str | None = None,
+        exc: BaseException | None = None,
+        note: str | None = None,
+    ) -> None:
+        """The line of a finished job, on ``JOBS_LOGGER``: ``<worker>: job <id> <outcome>
+        (<task>, <seconds>s, attempt <n> of <max>): <error>``, with the traceback of a
+        failure (once per failed attempt). A done job's line is written inline in ``_run``
+        (the hot path)."""
+        if not jobs_log.isEnabledFor(level):
+            return
+        jobs_log.log(
+            level,
+            "%s: job %d %s (%s, %.3fs, attempt %d of %d)%s",
+            self.name,
+            job.id,
+            outcome,
+            job.kind,
+            time.perf_counter() - started,
+            job.attempts,
+            job.max_attempts,
+            f": {error}" if error else f": {note}" if note else "",
+            exc_info=exc,
+        )
+
+    async def _unhandled(self, job: Job, started: float) -> None:
         """A job of a kind no handler here knows: offered again later without spending an
         attempt (a newer worker may know it: a rolling deploy), dead-lettered once it was
         enqueued ``unhandled_grace`` seconds ago (a typo, a removed task)."""
@@ -591,6 +718,7 @@ class _Executor:
             return  # its lease expires and the rescuer hands it out again
         if state == JobState.DEAD:
             self._metrics.dead.inc()
+            self.stats.dead += 1
             log.error(
                 "%s: job %d is dead: no task named %r has claimed it %gs after its enqueue"
                 " (this worker's tasks: %s); deploy the task, then `pgenough retry %d`",
@@ -602,6 +730,19 @@ class _Executor:
                 job.id,
             )
             return
+        if state is None:
+            self.stats.lost += 1
+            what = "lost its claim before it was handed back"
+            self._job_line(logging.WARNING, job, what, started)
+            return
+        self.stats.handed_back += 1
+        self._job_line(
+            logging.INFO,
+            job,
+            f"handed back, offered again in {delay:.0f}s",
+            started,
+            note="no task of this worker handles its kind (its attempt is not counted)",
+        )
         now = time.monotonic()
         last, met = self._unhandled_logged.get(job.kind, (-UNHANDLED_LOG_INTERVAL, 0))
         if now - last < UNHANDLED_LOG_INTERVAL:
@@ -646,11 +787,23 @@ class _Executor:
                     try:
                         handler.check(job)
                     except Exception as exc:
-                        await self._failed(job, exc, handler.backoff)
+                        await self._failed(job, exc, handler.backoff, started)
                         self._forget(job)
                     else:
                         runnable.append(job)
             await self._run_group(handler, runnable)
+        except asyncio.CancelledError:
+            interrupted = [job for job in jobs if self._inflight.get(job.id, (None,))[0] is job]
+            if interrupted and jobs_log.isEnabledFor(logging.WARNING):
+                jobs_log.warning(
+                    "%s: %s interrupted (%s, batch of %d, %.3fs): shutting down",
+                    self.name,
+                    _job_ids(interrupted),
+                    jobs[0].kind,
+                    len(interrupted),
+                    time.perf_counter() - started,
+                )
+            raise
         finally:
             self._metrics.duration.observe(time.perf_counter() - started)
             for job in jobs:  # the ones still here were interrupted
@@ -660,13 +813,14 @@ class _Executor:
         """Run ``jobs`` in one transaction; on a raise, bisect until the raising job fails
         alone; on a lost claim, run again on the jobs still held."""
         while jobs:
+            started = time.perf_counter()
             try:
                 held = await self._transact(handler, jobs)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if len(jobs) == 1:
-                    await self._failed(jobs[0], exc, handler.backoff)
+                    await self._failed(jobs[0], exc, handler.backoff, started)
                     self._forget(jobs[0])
                     return
                 log.info(
@@ -684,6 +838,17 @@ class _Executor:
             if not lost:
                 self._metrics.completed.inc(len(jobs))
                 self.stats.completed += len(jobs)
+                # One line per call, naming its jobs: a batch task exists to run many jobs
+                # at the cost of one, and a line per job would bring a per-job cost back.
+                if jobs_log.isEnabledFor(logging.INFO):
+                    jobs_log.info(
+                        "%s: %s done (%s, batch of %d, %.3fs)",
+                        self.name,
+                        _job_ids(jobs),
+                        jobs[0].kind,
+                        len(jobs),
+                        time.perf_counter() - started,
+                    )
                 for job in jobs:
                     self._forget(job)
                 return
@@ -719,33 +884,6 @@ class _Executor:
         finally:
             self._finishing -= finishing
         return held
-
-    async def _fail(self, job: Job, error: str, delay: float, *, give_up: bool) -> None:
-        self._metrics.failed.inc()
-        self.stats.failed += 1
-        try:
-            async with self.pool.connection() as conn:
-                state = await queue.record_failure(conn, job, error[:2000], delay, give_up=give_up)
-        except psycopg.Error as exc:
-            # The claim stays 'running'; the rescuer takes it back when its lease expires.
-            log.error("%s: could not record failure of job %d: %s", self.name, job.id, exc)
-            return
-        if state is None:
-            log.warning(
-                "%s: job %d lost its claim before its failure was recorded", self.name, job.id
-            )
-        elif state == JobState.DEAD:
-            self._metrics.dead.inc()
-            log.error(
-                "%s: job %d (%s) is dead after %d attempt(s): %s",
-                self.name,
-                job.id,
-                job.kind,
-                job.attempts,
-                error,
-            )
-        else:
-            self._metrics.retried.inc()
 
     async def _heartbeat(self) -> None:
         """Every lease / 3, extend the leases of the jobs in flight.
@@ -900,26 +1038,9 @@ def _resolve(future: asyncio.Future[float], value: float) -> None:
         future.set_result(value)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a failed attempt does to its job: the error recorded, and ready again after
-    ``delay`` seconds, or dead when ``give_up`` (or when its attempts are spent)."""
-
-    error: str
-    delay: float
-    give_up: bool
-
-
-def failure_outcome(exc: Exception, job: Job, backoff: Backoff, rng: random.Random) -> Outcome:
-    """The outcome of ``job``'s attempt that raised ``exc``, under the retry policy
-    ``backoff``: what a worker records, and test mode with it."""
-    if isinstance(exc, RetryIn):
-        return Outcome(str(exc)[:2000], exc.seconds, give_up=False)
-    if isinstance(exc, GiveUp):
-        return Outcome(f"gave up: {exc}"[:2000], 0.0, give_up=True)
-    return Outcome(_describe(exc)[:2000], backoff.delay(job.attempts, rng), give_up=False)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+def _job_ids(jobs: Sequence[Job]) -> str:
+    """``job 7``, or ``jobs 12, 13, 21``: every id of a batch (at most ``batch_size``), so
+    that a search for one job's id finds its batch's line."""
+    if len(jobs) == 1:
+        return f"job {jobs[0].id}"
+    return "jobs " + ", ".join(str(job.id) for job in jobs)

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb, JsonbLoader
 from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.errors import JobNotFound, LeaseLost
+from pgenough.core.failures import ERRORS_KEPT, TRACEBACKS_KEPT, describe, format_traceback
 from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
 from pgenough.core.statements import AsyncConn, Atomic, Copy, Query, Steps, dual, record_rows
 
@@ -110,6 +111,53 @@ class NewJob:
 
 
 @dataclass(frozen=True)
+class AttemptError:
+    """One failed attempt of a job, as ``jobs.errors`` keeps it (the newest
+    ``failures.ERRORS_KEPT``, oldest first)."""
+
+    attempt: int | None
+    """The attempt that failed (1 for the first run)."""
+    at: datetime | None
+    """When its failure was recorded."""
+    worker: str | None
+    """The worker that ran it (None: unknown, e.g. a claim taken back by the rescuer)."""
+    error: str
+    """Its one-line error (``Type: message``, "gave up: ...", "lease expired: ...")."""
+    traceback: str | None = None
+    """Its formatted traceback, bounded (``failures.TRACEBACK_LIMIT``), on the newest
+    ``failures.TRACEBACKS_KEPT`` entries that had one; None for older entries and for
+    failures without a Python exception (an expired lease, a job no task handles) or chosen
+    on purpose with nothing to show (``RetryIn``)."""
+
+    @classmethod
+    def from_entry(cls, entry: Any) -> AttemptError:
+        """An element of ``jobs.errors`` (a JSON object; one written by hand may lack keys)."""
+        if isinstance(entry, AttemptError):
+            return entry
+        if not isinstance(entry, dict):
+            return cls(None, None, None, str(entry))
+        attempt = entry.get("attempt")
+        traceback = entry.get("traceback")
+        return cls(
+            attempt=attempt if isinstance(attempt, int) else None,
+            at=_instant(entry.get("at")),
+            worker=None if entry.get("worker") is None else str(entry["worker"]),
+            error=str(entry.get("error") or ""),
+            traceback=traceback if isinstance(traceback, str) else None,
+        )
+
+
+def _instant(value: object) -> datetime | None:
+    """A jsonb timestamp (``to_jsonb(now())``: ISO 8601), None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """Everything the jobs table knows about one job (for operators and tests)."""
 
@@ -130,12 +178,16 @@ class JobRecord:
     finished_at: datetime | None
     dedupe_key: str | None
     last_error: str | None
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[AttemptError] = field(default_factory=list)
+    """Its failed attempts, oldest first (the newest ``failures.ERRORS_KEPT``)."""
 
     def __post_init__(self) -> None:
-        # Rows bring the enum's text (the statements select state::text).
+        # Rows bring the enum's text (the statements select state::text) and the errors'
+        # JSON objects.
         if not isinstance(self.state, JobState):
             object.__setattr__(self, "state", JobState(self.state))
+        errors = self.errors if isinstance(self.errors, list) else []
+        object.__setattr__(self, "errors", [AttemptError.from_entry(e) for e in errors])
 
 
 @dataclass(frozen=True)
@@ -269,6 +321,23 @@ def complete_many(jobs: Sequence[Job]) -> Steps[set[int]]:
     or cancelled meanwhile: roll back, or their effects would commit twice."""
     result = yield Query(_Q["complete_many"], claims_of(jobs), prepare=PLAN_EACH_TIME)
     return {row[0] for row in result.rows}
+
+
+@dual
+def fail(job: Job, exc: BaseException) -> Steps[None]:
+    """Dead-letter ``job`` in the transaction open on ``conn``: its attempt failed with
+    ``exc``, recorded as a worker records a failure (the one-line error in ``last_error``,
+    and with the traceback in ``errors``), and it is not retried.
+
+    ``complete``'s counterpart, for a handler that finishes its job as failed together with
+    its own writes (the Django backend writes a task's FAILED result so); the handler then
+    raises ``TaskFailed`` from ``exc`` for the worker to count and log it. Raises
+    ``LeaseLost`` (roll back!) when the job is no longer this claim."""
+    state = yield from fail_job.steps(
+        job, describe(exc), 0.0, give_up=True, traceback=format_traceback(exc)
+    )
+    if state is None:
+        raise LeaseLost(job.id)
 
 
 @dual
@@ -433,21 +502,38 @@ async def claim(
 
 
 @dual
-def fail_job(job: Job, error: str, delay: float, *, give_up: bool) -> Steps[str | None]:
+def fail_job(
+    job: Job, error: str, delay: float, *, give_up: bool, traceback: str | None = None
+) -> Steps[str | None]:
     """Record a failed attempt of ``job``: ready again after ``delay`` seconds, or dead when
-    its attempts are spent or ``give_up``. Returns the job's new state, None when the job
-    was no longer this claim. (A worker's executor, and test mode on the caller's
-    connection, record failures with it.)"""
-    params = {**claim_of(job), "error": error, "delay": delay, "give_up": give_up}
+    its attempts are spent or ``give_up``; ``error`` (and ``traceback``, when given) in a new
+    entry of ``errors``, older entries past ``TRACEBACKS_KEPT`` tracebacks losing theirs.
+    Returns the job's new state, None when the job was no longer this claim. (A worker's
+    executor, test mode on the caller's connection and ``fail`` record failures with it.)"""
+    params = {
+        **claim_of(job),
+        "error": error,
+        "traceback": traceback,
+        "delay": delay,
+        "give_up": give_up,
+        "errors_kept": ERRORS_KEPT,
+        "tracebacks_kept": TRACEBACKS_KEPT,
+    }
     result = yield Query(_Q["fail"], params, prepare=PLAN_EACH_TIME)
     return None if not result.rows else str(result.rows[0][0])
 
 
 async def record_failure(
-    conn: AsyncConn, job: Job, error: str, delay: float, *, give_up: bool
+    conn: AsyncConn,
+    job: Job,
+    error: str,
+    delay: float,
+    *,
+    give_up: bool,
+    traceback: str | None = None,
 ) -> str | None:
     """``fail_job`` on a worker's connection."""
-    return await fail_job(conn, job, error, delay, give_up=give_up)
+    return await fail_job(conn, job, error, delay, give_up=give_up, traceback=traceback)
 
 
 async def defer_unhandled(
@@ -456,7 +542,13 @@ async def defer_unhandled(
     """Hand back a claimed ``job`` whose kind this worker has no handler for: ready after
     ``delay`` seconds without its attempt counted, or dead once it was enqueued ``grace``
     seconds ago. Its new state; None when it was no longer this claim."""
-    params = {**claim_of(job), "error": error, "delay": delay, "grace": grace}
+    params = {
+        **claim_of(job),
+        "error": error,
+        "delay": delay,
+        "grace": grace,
+        "errors_kept": ERRORS_KEPT,
+    }
     cur = await conn.execute(_Q["defer_unhandled"], params, prepare=PLAN_EACH_TIME)
     row = await cur.fetchone()
     return None if row is None else str(row[0])
@@ -525,7 +617,12 @@ class Requeued:
 
 def requeue_stuck_batch(limit: int) -> Query:
     """Take back up to ``limit`` expired claims; a ``Requeued`` row each."""
-    return Query(_Q["requeue_stuck"], {"limit": limit}, record=Requeued, prepare=PLAN_EACH_TIME)
+    return Query(
+        _Q["requeue_stuck"],
+        {"limit": limit, "errors_kept": ERRORS_KEPT},
+        record=Requeued,
+        prepare=PLAN_EACH_TIME,
+    )
 
 
 def delete_finished_batch(retention: float, limit: int) -> Query:

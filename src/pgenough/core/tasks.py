@@ -440,10 +440,12 @@ class Task(Generic[P]):
         try:
             async with asyncio.timeout(self.timeout):
                 await call
-        except TimeoutError:
+        except TimeoutError as exc:
+            # Chained: the cancellation's frames end on the line the task was waiting on,
+            # which is what its recorded traceback should show.
             raise TaskTimeout(
                 f"task {self.name!r} ran past its timeout of {self.timeout:g}s"
-            ) from None
+            ) from exc
 
 
 class BatchTask(Task[P], Generic[P, T]):

@@ -20,10 +20,11 @@ at most once per call, ``limit`` jobs in all.
 An ``App(eager=True)`` (or ``PGENOUGH_EAGER=1``) does this at each enqueue of its tasks
 (``enqueue_eagerly``): the job is inserted as usual, then run at once, in the caller's thread.
 
-A task whose failure is its job's final outcome, recorded by the task itself with the job's
-completion (a Django task: its result FAILED, never retried), raises ``TaskFailed`` in test
-mode (``TaskContext.test_mode``): its run is reported ``failed`` and its error raised, as a
-failing task's is, while what it recorded stays.
+A task that records its own failure as its job's outcome, with ``fail(conn, job, exc)`` and
+then ``raise TaskFailed from exc`` (a Django task: its result FAILED, never retried), is run
+as a worker runs it: what it recorded stays (its savepoint is kept), its job is dead, its run
+is reported ``dead``, and its error (the exception ``TaskFailed`` was raised from) is raised
+as a failing task's is: a test never passes over it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from typing import Any, Literal, overload
 
 import psycopg
 
-from pgenough.core.executor import failure_outcome
+from pgenough.core.errors import TaskFailed
+from pgenough.core.failures import failure_outcome
 from pgenough.core.queue import Job, NewJob, claim_in_process, complete_many, enqueue_job, fail_job
 from pgenough.core.retry import Backoff
 from pgenough.core.statements import AnyConnection, Atomic, Call, Steps, run
@@ -49,20 +51,6 @@ LEASE = 300.0
 DEFAULT_LIMIT = 1000
 
 
-class TaskFailed(Exception):
-    """Raised in test mode (``TaskContext.test_mode``) by a task that failed with ``cause``
-    and has recorded that failure as its job's outcome, completing the job with it (the
-    django.tasks backend: the result FAILED, no retry). ``run_jobs`` keeps what the attempt
-    wrote (its savepoint is released, not rolled back), completes the job if the task did
-    not, reports the run ``failed`` and, with ``raise_on_failure``, raises ``cause``: the
-    task's own error, with its traceback."""
-
-    def __init__(self, cause: BaseException) -> None:
-        text = str(cause)
-        super().__init__(f"{type(cause).__name__}: {text}" if text else type(cause).__name__)
-        self.cause = cause
-
-
 @dataclass(frozen=True)
 class JobRun:
     """One job that ``run_jobs`` ran: how it ended."""
@@ -72,15 +60,13 @@ class JobRun:
     queue: str
     attempt: int
     """Its attempt, this one included (1 on a first run)."""
-    state: Literal["completed", "failed", "ready", "dead"]
-    """``completed``; else ``ready`` (to retry at its new ``run_at``) or ``dead``, or
-    ``failed``: the task recorded its failure as the outcome and the job is completed with
-    it (``TaskFailed``: a Django task whose result is FAILED)."""
+    state: Literal["completed", "ready", "dead"]
+    """``completed``; else ``ready`` (to retry at its new ``run_at``) or ``dead``."""
     error: str | None = None
     """The error recorded, as ``pgenough job ID`` shows it; None when it completed."""
     exception: BaseException | None = field(default=None, repr=False, compare=False)
     """What the task raised (``raise_on_failure`` re-raises the first one); for a
-    ``TaskFailed``, its ``cause``."""
+    ``TaskFailed``, the exception it was raised from: the task's own error."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +136,8 @@ def run_jobs(
     async task on a private event loop), awaitable on an async one.
 
     With ``raise_on_failure`` (the default) the first task error is raised once every job
-    has run, its failure recorded (so a test fails loudly); without, read ``report.failed``.
+    has run, its failure recorded (so a test fails loudly; for a ``TaskFailed``, the error it
+    was raised from); without, read ``report.failed``.
     Jobs of kinds no task of ``app`` has are left alone."""
     if limit < 1:
         raise ValueError("limit must be >= 1")
@@ -254,23 +241,29 @@ def _run_one(app: App, job: Job, rng: random.Random) -> Steps[JobRun]:
         failed: TaskFailed | None = yield Atomic(
             _attempt(functools.partial(app.run_in_process, task), job)
         )
+        if failed is not None:
+            raise failed
     except Exception as exc:
         outcome = failure_outcome(exc, job, task.backoff or Backoff(), rng)
+        # Nothing to do if its handler recorded it (TaskFailed after fail()): not its claim.
         state = yield from fail_job.steps(
-            job, outcome.error, outcome.delay, give_up=outcome.give_up
+            job,
+            outcome.error,
+            outcome.delay,
+            give_up=outcome.give_up,
+            traceback=outcome.traceback,
         )
+        dead = state == "dead" or (state is None and isinstance(exc, TaskFailed))
+        # A TaskFailed stands for the task's own error, the one a test wants raised.
+        cause = exc.__cause__ if isinstance(exc, TaskFailed) else None
         return JobRun(
             job.id,
             job.kind,
             job.queue,
             job.attempts,
-            "dead" if state == "dead" else "ready",
+            "dead" if dead else "ready",
             outcome.error,
-            exc,
-        )
-    if failed is not None:
-        return JobRun(
-            job.id, job.kind, job.queue, job.attempts, "failed", str(failed), failed.cause
+            cause or exc,
         )
     return JobRun(job.id, job.kind, job.queue, job.attempts, "completed")
 
@@ -278,11 +271,11 @@ def _run_one(app: App, job: Job, rng: random.Random) -> Steps[JobRun]:
 def _attempt(call: Any, job: Job) -> Steps[TaskFailed | None]:
     """The task and its job's completion, in the savepoint ``_run_one`` opens: a task that
     completed its job itself (``complete(conn, ctx.job)``) leaves nothing to complete. A
-    ``TaskFailed`` is the task's recorded outcome: the savepoint keeps it."""
-    failed: TaskFailed | None = None
+    ``TaskFailed`` is answered, not raised, so that the savepoint keeps what its handler
+    wrote with it (its own record of the failure: ``fail(conn, job, exc)``)."""
     try:
         yield Call(lambda conn: call(job, conn))
-    except TaskFailed as exc:
-        failed = exc
+    except TaskFailed as failed:
+        return failed
     yield from complete_many.steps([job])
-    return failed
+    return None

@@ -136,8 +136,8 @@ for name, result_id in json.loads(os.environ["RESULT_IDS"]).items():
         "attempts": r.attempts,
     }
 with connection.cursor() as cur:
-    cur.execute("SELECT count(*) FROM pgenough.jobs")
-    out["jobs_left"] = cur.fetchone()[0]
+    cur.execute("SELECT id, state::text, errors -> -1 ->> 'traceback' FROM pgenough.jobs")
+    out["jobs_left"] = [list(row) for row in cur.fetchall()]
 print(json.dumps(out))
 """
 
@@ -153,14 +153,25 @@ def test_a_worker_process_runs_what_another_process_enqueued(
 
     worked = manage(django_python, django_env, "pgenough", "worker", "--until-idle")
     assert worked.returncode == 0, worked.stdout + worked.stderr
-    assert "4 job(s) completed, 0 failed" in worked.stdout + worked.stderr, (
-        worked.stdout + worked.stderr
-    )
+    # A line per job (the project's LOGGING lets them through), the failure's with its
+    # traceback; the FAILED task counts: a failed attempt, its job dead-lettered.
+    lines = worked.stdout + worked.stderr
+    assert lines.count(" done (django.tasks, ") == 3, lines
+    assert f"job {ids['fail']} failed, dead-lettered (django.tasks, " in lines
+    assert 'reports/tasks.py", line' in lines
+    assert (
+        "3 job(s) completed, 1 failed attempt(s) (0 to retry), 1 dead-lettered, 0 lost"
+        " claim(s), 0 handed back" in worked.stdout + worked.stderr
+    ), worked.stdout + worked.stderr
 
     read = manage(django_python, {**django_env, "RESULT_IDS": json.dumps(ids)}, "shell", "-c", READ)
     assert read.returncode == 0, read.stderr
     seen = json.loads(read.stdout.strip().splitlines()[-1])
-    assert seen.pop("jobs_left") == 0  # the rolled-back enqueue left no job
+    # The rolled-back enqueue left no job; the failed task's is dead, with its traceback.
+    [(job_id, state, traceback)] = seen.pop("jobs_left")
+    assert (str(job_id), state) == (ids["fail"], "dead")
+    assert 'reports/tasks.py", line' in traceback
+    assert traceback.endswith("ValueError: This task failed due to ValueError\n")
     assert seen["add"] == {"status": "SUCCESSFUL", "value": 42, "errors": [], "attempts": 1}
     assert seen["urgent"]["status"] == "SUCCESSFUL"
     assert seen["context"]["value"]["status_seen"] == "RUNNING"

@@ -15,10 +15,11 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from pgenough.contrib.django.conf import get_settings
 from pgenough.contrib.django.models import DeadJob, Job
-from pgenough.core import JobNotFound, discard_job, retry_job
+from pgenough.core import AttemptError, JobNotFound, discard_job, retry_job
 from pgenough.core.orm import django_connection
 
 
@@ -64,6 +65,10 @@ class JobAdmin(admin.ModelAdmin):
     )
     list_filter: tuple[str, ...] = ("state", "queue")
     search_fields = ("kind",)
+    # A job's page: its errors as the failed attempts they are, tracebacks included, rather
+    # than as raw JSON.
+    exclude = ("errors",)
+    readonly_fields = ("failed_attempts",)
     ordering = ("-id",)
     actions = ("retry", "discard")
     list_per_page = 50
@@ -86,6 +91,35 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("pgenough.discard_job"))
+
+    @admin.display(description="failed attempts")
+    def failed_attempts(self, obj: Job) -> str:
+        """Each recorded failure, oldest first: attempt, time, worker, error, and the
+        traceback the newest ones keep, preformatted (every value escaped)."""
+        attempts = [AttemptError.from_entry(e) for e in obj.errors or []]
+        if not attempts:
+            return "none recorded"
+        shown: str = format_html_join(
+            "",
+            '<div class="pgenough-attempt"><p><strong>attempt {}</strong> · {} · {}</p>'
+            '<pre style="white-space: pre-wrap">{}</pre>{}</div>',
+            (
+                (
+                    "?" if e.attempt is None else e.attempt,
+                    "?" if e.at is None else e.at.isoformat(),
+                    e.worker or "unknown worker",
+                    e.error,
+                    format_html(
+                        '<pre class="pgenough-traceback" style="white-space: pre-wrap">{}</pre>',
+                        e.traceback,
+                    )
+                    if e.traceback
+                    else "",
+                )
+                for e in attempts
+            ),
+        )
+        return shown
 
     @admin.action(permissions=["retry"], description="Retry the selected jobs now")
     def retry(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -41,7 +41,15 @@ import psycopg
 from pgenough.contrib.django import results
 from pgenough.contrib.django import tasks_framework as fw
 from pgenough.contrib.django.registry import app
-from pgenough.core import GiveUp, Job, RetryIn, TaskArgumentsError, complete
+from pgenough.core import (
+    GiveUp,
+    Job,
+    RetryIn,
+    TaskArgumentsError,
+    TaskFailed,
+    complete,
+    fail,
+)
 from pgenough.core import TaskContext as JobContext
 from pgenough.core.orm import django_connection
 from pgenough.core.queue import enqueue_job
@@ -225,13 +233,17 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
 
     def run_attempt(
         self, job: Job, task_path: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> BaseException | None:
-        """Run one attempt of the Django task of ``job`` and record its outcome: the task's
-        error when it FAILED, else None.
+    ) -> None:
+        """Run one attempt of the Django task of ``job`` and record its outcome, with the
+        job's, in one transaction.
 
-        Django's semantics: an exception fails the result at once (FAILED, with the error),
-        as Django's own backends do; the job is completed either way, in the transaction
-        that writes the outcome. Only ``RetryIn`` (pgenough's) asks for another attempt."""
+        Django's semantics: an exception fails the result at once (FAILED, with its class
+        and traceback), as Django's own backends do, and is not retried. The job then ends
+        as any pgenough job whose task failed for good: dead, with the same error and
+        traceback in ``jobs.errors`` (``fail``), and ``TaskFailed`` raised from the task's
+        exception tells the worker, which counts and logs it. A task that returns completes
+        its job with its SUCCESSFUL result. Only ``RetryIn`` (pgenough's) asks for another
+        attempt."""
         conn = self._connection()
         row = results.start_attempt(conn, job.id, WORKER_ID)  # autocommit: seen at once
         if row is None:
@@ -251,17 +263,16 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
             raise
         except RetryIn as exc:
             if job.attempts >= job.max_attempts:
-                self._finish(job, started, "FAILED", error=_task_error(exc))
-                return exc
+                self._finish(job, started, "FAILED", error=_task_error(exc), failure=exc)
+                raise TaskFailed from exc
             self._retry(job, _task_error(exc))
             raise
         # Django's backends record any exception, SystemExit included, as the task's failure.
         except BaseException as exc:
-            self._finish(job, started, "FAILED", error=_task_error(exc))
-            return exc
+            self._finish(job, started, "FAILED", error=_task_error(exc), failure=exc)
+            raise TaskFailed from exc
         else:
             self._finish(job, started, "SUCCESSFUL", return_value=value)
-        return None
 
     def _savepoint_in_atomic(self) -> AbstractContextManager[Any]:
         """Where the task runs inside ``atomic()`` (test mode: ``run_jobs`` in a
@@ -283,7 +294,11 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
         *,
         return_value: Any = None,
         error: dict[str, str] | None = None,
+        failure: BaseException | None = None,
     ) -> None:
+        """Write the result's outcome and finish the job with it, in one transaction: the
+        job completed, or with ``failure`` dead with its error and traceback (``LeaseLost``
+        when the claim is gone: both rolled back)."""
         from django.db import connections, transaction
 
         wrapper = connections[self.database]
@@ -294,7 +309,11 @@ class PgenoughBackend(_Base):  # Django's class, untyped here
         conn = self._connection()
         with transaction.atomic(using=self.database):
             results.finish(conn, job.id, status, return_value=return_value, error=error)
-            complete(conn, job)  # with the outcome, exactly once (LeaseLost: rolled back)
+            # With the outcome, exactly once (LeaseLost: rolled back).
+            if failure is None:
+                complete(conn, job)
+            else:
+                fail(conn, job, failure)
         if started.task is not _NO_TASK:
             finished = self.get_result(started.id)
             fw.task_finished.send(type(self), task_result=finished)
@@ -372,15 +391,9 @@ def run_django_task(
         raise GiveUp(f"TASKS[{backend!r}] is {type(owner).__name__}, not {BACKEND_PATH}")
     _close_old_connections()
     try:
-        failure = owner.run_attempt(ctx.job, task, args, kwargs)
+        owner.run_attempt(ctx.job, task, args, kwargs)
     finally:
         _close_old_connections()
-    if failure is not None and ctx.test_mode:
-        # run_jobs (or an eager enqueue) reports it and raises the task's error, so a test
-        # does not pass over a FAILED result; on a worker the recorded outcome is all.
-        from pgenough.core.testing import TaskFailed
-
-        raise TaskFailed(failure) from failure
 
 
 @app.periodic(every=PRUNE_INTERVAL)

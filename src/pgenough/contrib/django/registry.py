@@ -53,7 +53,7 @@ class DjangoApp(App):
         recorded in it: the savepoint is kept."""
         from django.db import connections, transaction
 
-        from pgenough.core.testing import TaskFailed
+        from pgenough.core import TaskFailed
 
         django = next(
             (w for w in connections.all(initialized_only=True) if w.connection is conn), None

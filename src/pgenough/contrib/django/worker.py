@@ -86,7 +86,7 @@ async def run(spec: WorkerRun, say: Callable[[str], None]) -> WorkerStats:
             + f"; batch size {spec.config.batch_size}"
         )
         stats = await worker.run(until_idle=spec.until_idle, handle_signals=True)
-        say(f"{name} stopped: {stats.completed} job(s) completed, {stats.failed} failed attempt(s)")
+        say(f"{name} stopped: {stats.summary()}")
         return stats
     finally:
         await pool.close()

@@ -154,7 +154,9 @@ RETURNING j.id
 
 -- name: fail
 -- Record a failed attempt: back to ready after %(delay)s seconds, or dead when the attempts
--- are spent or the handler gave up. Keeps the last 20 errors.
+-- are spent or the handler gave up. Appends the attempt's error (and its traceback, when it
+-- has one) to errors, keeps the last %(errors_kept)s entries, and strips the traceback of the
+-- entries past the newest %(tracebacks_kept)s that have one (bounds: core/failures.py).
 UPDATE pgenough.jobs
 SET state = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts
                  THEN 'dead' ELSE 'ready' END::pgenough.job_state,
@@ -164,10 +166,25 @@ SET state = CASE WHEN %(give_up)s::boolean OR attempts >= max_attempts
     lease_until = NULL,
     worker = NULL,
     last_error = %(error)s::text,
-    errors = jsonb_path_query_array(
-        errors || jsonb_build_array(jsonb_build_object(
-            'attempt', attempts, 'at', now(), 'worker', worker, 'error', %(error)s::text)),
-        '$[last - 19 to last]')
+    errors = (
+        SELECT coalesce(jsonb_agg(CASE WHEN newer < %(tracebacks_kept)s::integer THEN e
+                                       ELSE e - 'traceback' END ORDER BY n), '[]'::jsonb)
+        FROM (
+            SELECT e, n,
+                   count(*) FILTER (WHERE e ? 'traceback')
+                       OVER (ORDER BY n DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                       AS newer
+            FROM jsonb_array_elements(jsonb_path_query_array(
+                     errors || jsonb_build_array(
+                         jsonb_build_object('attempt', attempts, 'at', now(), 'worker', worker,
+                                            'error', %(error)s::text)
+                         || jsonb_strip_nulls(
+                                jsonb_build_object('traceback', %(traceback)s::text))),
+                     '$[last - $n to last]',
+                     jsonb_build_object('n', %(errors_kept)s::integer - 1)))
+                 WITH ORDINALITY AS entries(e, n)
+        ) kept
+    )
 WHERE id = %(id)s AND attempts = %(attempts)s AND created_at = %(created_at)s
   AND state = 'running'
 RETURNING state::text, run_at
@@ -176,7 +193,7 @@ RETURNING state::text, run_at
 -- Hand back a job whose kind no task of the claiming worker handles (an older worker during
 -- a rolling deploy, or a typo): ready again after %(delay)s seconds with its attempt not
 -- counted, the reason recorded as an error; or dead, the attempt counted, once it has waited
--- %(grace)s seconds since it was enqueued.
+-- %(grace)s seconds since it was enqueued. Keeps the last %(errors_kept)s errors.
 UPDATE pgenough.jobs
 SET state = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 second'
                  THEN 'dead' ELSE 'ready' END::pgenough.job_state,
@@ -192,7 +209,7 @@ SET state = CASE WHEN now() - created_at >= %(grace)s::float8 * interval '1 seco
     errors = jsonb_path_query_array(
         errors || jsonb_build_array(jsonb_build_object(
             'attempt', attempts, 'at', now(), 'worker', worker, 'error', %(error)s::text)),
-        '$[last - 19 to last]')
+        '$[last - $n to last]', jsonb_build_object('n', %(errors_kept)s::integer - 1))
 WHERE id = %(id)s AND attempts = %(attempts)s AND created_at = %(created_at)s
   AND state = 'running'
 RETURNING state::text
@@ -313,7 +330,8 @@ LIMIT %(limit)s
 -- name: requeue_stuck
 -- Take back claims whose lease expired (the worker died or hung). The attempt was counted at
 -- claim time; a job with no attempts left is dead-lettered instead of retried. Rows locked by
--- a handler's completing transaction are skipped: that claim is about to finish.
+-- a handler's completing transaction are skipped: that claim is about to finish. Keeps the
+-- last %(errors_kept)s errors; no traceback (no Python exception: the worker is gone).
 WITH expired AS (
     SELECT id FROM pgenough.jobs
     WHERE state = 'running' AND lease_until < now()
@@ -333,7 +351,7 @@ SET state = CASE WHEN j.attempts >= j.max_attempts
         j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'worker', j.worker,
             'error', 'lease expired: worker stopped heartbeating')),
-        '$[last - 19 to last]')
+        '$[last - $n to last]', jsonb_build_object('n', %(errors_kept)s::integer - 1))
 FROM expired
 WHERE j.id = expired.id
 RETURNING j.id, j.queue, j.state::text AS state

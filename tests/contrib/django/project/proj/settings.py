@@ -81,3 +81,15 @@ TASKS = {
         "OPTIONS": {"DATABASE": "default"},
     }
 }
+
+# The worker's line per job (docs/django-tasks.md, "The worker's log"): failures show without
+# this; the INFO line of each job done shows with it.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "pgenough": {"handlers": ["console"], "level": "WARNING"},
+        "pgenough.jobs": {"level": "INFO"},  # one line per job; "WARNING": failures only
+    },
+}

@@ -6,6 +6,7 @@ Run by tests/contrib/django/test_tasks_backend.py as ``manage.py test reports`` 
 """
 
 import asyncio
+import inspect
 import traceback
 from datetime import timedelta
 from typing import Any
@@ -20,7 +21,7 @@ from pgenough.contrib.django import app
 from pgenough.contrib.django import backend as pgenough_backend
 from pgenough.contrib.django.db import conninfo
 from pgenough.contrib.django.schema import MIGRATIONS
-from pgenough.core import migrate
+from pgenough.core import get_job, migrate
 from pgenough.core.orm import django_connection
 from pgenough.core.testing import run_jobs
 from reports import tasks
@@ -54,6 +55,13 @@ def job_row(result_id: str) -> Any:
             [int(result_id)],
         )
         return cur.fetchone()
+
+
+def job_state(result_id: str) -> str | None:
+    with connection.cursor() as cur:
+        cur.execute("SELECT state::text FROM pgenough.jobs WHERE id = %s", [int(result_id)])
+        row = cur.fetchone()
+    return None if row is None else str(row[0])
 
 
 def results_table() -> list[tuple[str, str, str]]:
@@ -349,7 +357,10 @@ class WorkerTests(Schema, TransactionTestCase):
         lost = tasks.lose_the_connection.enqueue()
         after = tasks.add.enqueue(1, 1)
 
-        self.work(concurrency=1)
+        stats = self.work(concurrency=1)
+
+        # Each FAILED task is a failed attempt and a dead job for the worker's count.
+        self.assertEqual((stats.completed, stats.failed, stats.dead), (1, 5, 5))
 
         lost.refresh()
         self.assertEqual(lost.status, TaskResultStatus.FAILED)
@@ -368,9 +379,34 @@ class WorkerTests(Schema, TransactionTestCase):
                 self.assertIn(message, result.errors[0].traceback)
                 self.assertEqual(result.attempts, 1)  # Django's semantics: no retry
                 self.assertIsNotNone(result.finished_at)
-                self.assertIsNone(job_row(result.id))  # the job is done, not dead
+                # The job is dead with the same failure, as any pgenough job's.
+                job = get_job(django_connection(), int(result.id))
+                self.assertEqual((job.state, job.attempts), ("dead", 1))
+                [attempt] = job.errors
+                self.assertTrue(attempt.error.startswith(exception.__name__), attempt.error)
+                self.assertIn(message, attempt.traceback)
         after.refresh()
         self.assertEqual(after.return_value, 2)
+
+    def test_a_failing_tasks_traceback_is_the_jobs_too(self) -> None:
+        """Django's result keeps its traceback; so does the job, in ``jobs.errors``: the
+        file and line of the task's raise, for ``pgenough job ID``, the admin, the
+        dashboard."""
+        result = tasks.fail.enqueue()
+        self.work()
+        result.refresh()
+        source, first = inspect.getsourcelines(tasks.fail.func)
+        line = first + next(i for i, text in enumerate(source) if "raise ValueError" in text)
+        where = f'File "{inspect.getsourcefile(tasks.fail.func)}", line {line}, in fail'
+        self.assertIn(where, result.errors[0].traceback)  # Django's own, as before
+        job = get_job(django_connection(), int(result.id))
+        self.assertEqual(job.state, "dead")
+        self.assertEqual(job.last_error, "ValueError: This task failed due to ValueError")
+        [attempt] = job.errors
+        self.assertIn(where, attempt.traceback)
+        self.assertTrue(
+            attempt.traceback.endswith("ValueError: This task failed due to ValueError\n")
+        )
 
     def test_a_task_that_cannot_be_loaded_fails(self) -> None:
         result = tasks.noop.enqueue()
@@ -380,7 +416,7 @@ class WorkerTests(Schema, TransactionTestCase):
                 ['"reports.tasks.gone"'],
             )
         stats = self.work()
-        self.assertEqual(stats.failed, 0)
+        self.assertEqual((stats.failed, stats.dead), (1, 1))
         with connection.cursor() as cur:
             cur.execute(
                 "SELECT status, errors -> 0 ->> 'exception_class_path'"
@@ -388,7 +424,9 @@ class WorkerTests(Schema, TransactionTestCase):
                 [int(result.id)],
             )
             self.assertEqual(cur.fetchone(), ("FAILED", "builtins.ImportError"))
-        self.assertIsNone(job_row(result.id))
+        job = get_job(django_connection(), int(result.id))
+        self.assertEqual(job.state, "dead")
+        self.assertIn('does not define a "gone" attribute', job.errors[0].traceback)
 
     def test_the_outcome_commits_with_the_jobs_completion_or_not_at_all(self) -> None:
         result = tasks.discarded_while_running.enqueue()
@@ -425,7 +463,8 @@ class WorkerTests(Schema, TransactionTestCase):
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.FAILED)
         self.assertEqual(result.attempts, pgenough_backend.run_django_task.options.max_attempts)
-        self.assertIsNone(job_row(result.id))  # completed with its FAILED result, not dead
+        job = get_job(django_connection(), int(result.id))  # dead with its FAILED result
+        self.assertEqual((job.state, job.last_error), ("dead", "RetryIn: never done (retry in 0s)"))
 
     def test_the_pruning_job(self) -> None:
         old, recent = tasks.add.enqueue(1, 2), tasks.add.enqueue(3, 4)
@@ -470,10 +509,10 @@ class RunJobsTests(Schema, TestCase):
         else:
             self.fail("run_jobs did not raise the task's error")
         self.assertIn('raise ValueError("This task failed due to ValueError")', shown)
-        failing.refresh()  # recorded as on a worker: FAILED, the job completed, no retry
+        failing.refresh()  # recorded as on a worker: FAILED, the job dead, no retry
         self.assertEqual(failing.status, TaskResultStatus.FAILED)
         self.assertEqual(failing.errors[0].exception_class, ValueError)
-        self.assertIsNone(job_row(failing.id))
+        self.assertEqual(job_state(failing.id), "dead")
 
     def test_a_database_error_of_the_task_leaves_the_test_usable(self) -> None:
         Report.objects.create(name="the test's")
@@ -489,7 +528,7 @@ class RunJobsTests(Schema, TestCase):
         tasks.fail.enqueue()
         written = tasks.write_report_async.enqueue("async")
         report = run_jobs(django_connection(), app, raise_on_failure=False)
-        self.assertEqual([r.state for r in report.runs], ["failed", "completed"])
+        self.assertEqual([r.state for r in report.runs], ["dead", "completed"])
         self.assertEqual(report.completed_kinds, [pgenough_backend.KIND])
         [failed] = report.failed
         self.assertEqual(failed.error, "ValueError: This task failed due to ValueError")
@@ -539,8 +578,8 @@ class EagerTests(Schema, TestCase):
             tasks.fail.enqueue()
         self.assertEqual(results_table(), [("reports.tasks.fail", "FAILED", "builtins.ValueError")])
         with connection.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pgenough.jobs")
-            self.assertEqual(cur.fetchone()[0], 0)  # completed with its FAILED result
+            cur.execute("SELECT state::text FROM pgenough.jobs")
+            self.assertEqual(cur.fetchall(), [("dead",)])  # dead with its FAILED result
 
     def test_a_database_error_of_the_task_is_raised_at_enqueue(self) -> None:
         with self.assertRaisesMessage(DataError, "value too long"):

@@ -2,6 +2,9 @@
 schema (its migration ran there), a job commits with the view's transaction, and the admin
 shows the queue and guards its actions by permission."""
 
+import html
+import json
+
 from django.contrib.auth.models import Permission, User
 from django.db import DataError, connection, transaction
 from django.test import TestCase, TransactionTestCase
@@ -84,6 +87,14 @@ class CommitTests(TransactionTestCase):
         self.assertEqual(self.jobs_seen_elsewhere(), 1)
 
 
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/shop/tasks.py", line 12, in send_receipt\n'
+    "    smtp.send(<b>not markup</b>)\n"
+    "SMTPError: 554\n"
+)
+
+
 class AdminTests(TestCase):
     @classmethod
     def setUpTestData(cls) -> None:
@@ -93,7 +104,15 @@ class AdminTests(TestCase):
             cur.execute(
                 "UPDATE pgenough.jobs SET state = 'dead', attempts = max_attempts,"
                 " last_error = %s, errors = %s",
-                ["SMTPError: 554", '[{"attempt": 1, "error": "SMTPError: 554"}]'],
+                [
+                    "SMTPError: 554",
+                    json.dumps(
+                        [
+                            {"attempt": 1, "error": "SMTPError: 421"},
+                            {"attempt": 2, "error": "SMTPError: 554", "traceback": TRACEBACK},
+                        ]
+                    ),
+                ],
             )
         cls.job = Job.objects.get()
         viewing = Permission.objects.filter(
@@ -126,6 +145,16 @@ class AdminTests(TestCase):
         detail = self.client.get(f"/admin/pgenough/job/{self.job.id}/change/")
         self.assertContains(detail, "SMTPError: 554")
         self.assertContains(detail, "order_id")
+        # Each failed attempt, and the traceback the newest keep, preformatted and escaped.
+        self.assertContains(detail, "attempt 1</strong>")
+        self.assertContains(detail, "SMTPError: 421")
+        self.assertContains(
+            detail,
+            '<pre class="pgenough-traceback" style="white-space: pre-wrap">'
+            + html.escape(TRACEBACK)
+            + "</pre>",
+        )
+        self.assertNotContains(detail, "<b>not markup</b>")
         self.assertEqual(DeadJob.objects.count(), 1)
 
     def test_no_add_change_or_delete(self) -> None:
