@@ -23,6 +23,16 @@ from tests.plan_service.api.helpers import Plan, add_plans, events
 
 pytestmark = pytest.mark.db
 
+EVENT_KEYS_IN_ORDER = (
+    "id",
+    "title",
+    "start_date",
+    "start_time",
+    "end_date",
+    "end_time",
+    "min_price",
+    "max_price",
+)
 EVENT_KEYS = {
     "id",
     "title",
@@ -75,6 +85,25 @@ async def test_success_envelope_and_event_schema(
     }
     assert uuid.UUID(event["id"]).version == 3
     assert response.headers["x-request-id"]
+
+
+async def test_the_body_is_compact_json_with_the_specs_key_order(
+    db: AsyncConnectionPool, client: httpx.AsyncClient
+) -> None:
+    """As a strict client reads it, whatever the route (a page, or every event streamed):
+    no space around a colon or a comma, each event's keys in the spec's order."""
+    await add_plans(
+        db,
+        Plan("p1", "2030-01-01 20:00:00+00", "2030-01-01 23:30:05+00", title='a : "b" , c'),
+        Plan("p2", "2030-01-02 20:00:00+00", None, min_price=None, max_price=None),
+    )
+    for params in ({}, {"limit": "1"}, {"limit": "5"}):
+        response = await client.get("/search", params=params)
+        body = response.json()
+        outside_strings = re.sub(r'"(?:[^"\\]|\\.)*"', '""', response.content.decode())
+        assert not re.search(r"\s", outside_strings), (params, outside_strings)
+        for event in body["data"]["events"]:
+            assert list(event) == list(EVENT_KEYS_IN_ORDER)
 
 
 async def test_no_events_is_an_empty_list(client: httpx.AsyncClient) -> None:

@@ -8,7 +8,10 @@
 -- objects joined by commas, ready for the response body (PostgreSQL builds them, for the
 -- page's plans only, not for the skipped ones: numeric prices stay exact JSON numbers; dates
 -- and times are UTC; a plan without an end or without prices has nulls), whether more
--- follow, and the key of the page's last plan (limit + 1 plans are read to know).
+-- follow, and the key of the page's last plan (limit + 1 plans are read to know). Each object
+-- is written compact, its keys in the spec's order: json_build_object's text puts a space
+-- before every colon ("id" : ...), which the rest of the body (and every other JSON answer of
+-- the API) does not have.
 -- A plan without an end (ends_at NULL) is read as ending at infinity: it matches only when
 -- no ends_at is given (the Fever spec's rule, as plan-service has it). Every event that has
 -- an end ends at or after it starts (a CHECK on plans), and one without an end cannot match
@@ -16,16 +19,17 @@
 -- plans_search_idx (starts_at, id) runs from the key to ends_at. The index carries every
 -- other column read here (plans migration 0007), so the scan reads no heap page of a plan
 -- not changed since the last vacuum, the offset's skipped plans included.
-SELECT string_agg(json_build_object(
-           'id', e.id,
-           'title', e.title,
-           'start_date', to_char(e.starts_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
-           'start_time', to_char(e.starts_at AT TIME ZONE 'UTC', 'HH24:MI:SS'),
-           'end_date', to_char(e.ends_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
-           'end_time', to_char(e.ends_at AT TIME ZONE 'UTC', 'HH24:MI:SS'),
-           'min_price', e.min_price,
-           'max_price', e.max_price
-       )::text, ',' ORDER BY e.n) FILTER (WHERE e.n <= %(limit)s),
+SELECT string_agg('{"id":' || to_json(e.id)
+           || ',"title":' || to_json(e.title)
+           || ',"start_date":' || to_json(to_char(e.starts_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'))
+           || ',"start_time":' || to_json(to_char(e.starts_at AT TIME ZONE 'UTC', 'HH24:MI:SS'))
+           || ',"end_date":'
+           || coalesce(to_json(to_char(e.ends_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')), 'null')
+           || ',"end_time":'
+           || coalesce(to_json(to_char(e.ends_at AT TIME ZONE 'UTC', 'HH24:MI:SS')), 'null')
+           || ',"min_price":' || coalesce(to_json(e.min_price), 'null')
+           || ',"max_price":' || coalesce(to_json(e.max_price), 'null')
+           || '}', ',' ORDER BY e.n) FILTER (WHERE e.n <= %(limit)s),
        count(*) > %(limit)s,
        max(e.starts_at) FILTER (WHERE e.n = %(limit)s),
        max(e.id::text) FILTER (WHERE e.n = %(limit)s)
