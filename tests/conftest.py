@@ -79,7 +79,10 @@ def database_url(server_url: str) -> Iterator[str]:
         drop_database(server_url, name)
 
 
-CORE_TABLES = "pgenough.jobs, pgenough.messages, pgenough.periodic, effects, ticks"
+CORE_TABLES = (
+    "pgenough.jobs, pgenough.messages, pgenough.periodic, pgenough.workers, pgenough.job_counts,"
+    " pgenough.queue_samples, effects, ticks"
+)
 """The library's tables and the tests' own, emptied by ``db``."""
 
 

@@ -231,13 +231,23 @@ def test_a_core_only_database_is_all_pgenough_needs(
                 )
             }
         assert "plans" not in schemas and tracks == {"core"}
-        assert tables == {"jobs", "messages", "periodic", "schema_migrations"}
+        assert tables == {
+            "jobs",
+            "messages",
+            "periodic",
+            "schema_migrations",
+            "workers",
+            "job_counts",
+            "queue_samples",
+        }
         status = pgenough("status", env=env)
         assert status.returncode == 0, status.stderr
         assert re.search(r"mail +1 +0 +0 +0", status.stdout), status.stdout
         assert "failures in the last 1h" in status.stdout
         as_json_doc = json.loads(pgenough("status", "--json", env=env).stdout)
         assert [q["queue"] for q in as_json_doc["queues"]] == ["mail"]
+        assert (as_json_doc["workers"], as_json_doc["periodic"]) == ([], [])
+        assert "none running: `pgenough worker run module:app` starts one" in status.stdout
         for args in (["jobs"], ["failures"], ["job", str(enqueued[0])]):
             result = pgenough(*args, env=env)
             assert result.returncode == 0, (args, result.stderr)
@@ -248,7 +258,10 @@ def test_a_core_only_database_is_all_pgenough_needs(
 def test_the_help_names_only_pgenoughs_commands(worker_env: dict[str, str]) -> None:
     shown = pgenough("--help", env=worker_env)
     assert shown.returncode == 0
-    for plan_word in ("demo", "provider-sim", "runs", "fetch", "plan service", "/search"):
+    commands = set(re.findall(r"^│ (\S+) ", shown.stdout, re.MULTILINE))
+    assert {"migrate", "worker", "status", "jobs", "job", "retry"} <= commands, shown.stdout
+    assert not {"demo", "api", "provider-sim", "runs", "run", "fetch"} & commands
+    for plan_word in ("plan service", "/search", "provider", "snapshot"):
         assert plan_word not in shown.stdout, plan_word
     worker = pgenough("worker", "--help", env=worker_env)
     listed = re.findall(r"^│ (\S+) ", worker.stdout, re.MULTILINE)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -17,11 +18,21 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import AttemptError, JobFailures, JobRecord, JobState, QueueStats
+from pgenough.core import (
+    AttemptError,
+    JobFailures,
+    JobRecord,
+    JobState,
+    PeriodicInfo,
+    QueuePoint,
+    QueueStats,
+    WorkerInfo,
+)
 
 __all__ = [
     "ERROR_WIDTH",
     "STATUS_STYLES",
+    "StatusView",
     "ago",
     "count",
     "duration",
@@ -34,6 +45,7 @@ __all__ = [
     "megabytes",
     "message",
     "number_column",
+    "periodic_table",
     "queues_table",
     "short",
     "spaced",
@@ -42,6 +54,7 @@ __all__ = [
     "status_view",
     "text_column",
     "tracebacks",
+    "workers_table",
 ]
 
 STATUS_STYLES: Mapping[str, str] = {
@@ -134,9 +147,101 @@ def spaced(parts: Sequence[RenderableType]) -> Group:
     return Group(*lines)
 
 
-def status_view(queues: Sequence[QueueStats], failures: JobFailures, window: float) -> Group:
-    """``pgenough status``: every queue's depth, and what failed in the last ``window``."""
-    return spaced([queues_table(queues), job_failures_table(failures, window)])
+class StatusView(Protocol):
+    """What ``status_view`` shows (``pgenough status``'s read)."""
+
+    @property
+    def window(self) -> float: ...
+    @property
+    def queues(self) -> Sequence[QueueStats]: ...
+    @property
+    def failures(self) -> JobFailures: ...
+    @property
+    def throughput(self) -> Sequence[QueuePoint]: ...
+    @property
+    def workers(self) -> Sequence[WorkerInfo]: ...
+    @property
+    def periodic(self) -> Sequence[PeriodicInfo]: ...
+
+
+def status_view(view: StatusView, now: datetime) -> Group:
+    """``pgenough status``: every queue's depth and throughput, what failed in the window,
+    the workers and the periodic tasks."""
+    return spaced(
+        [
+            queues_table(view.queues, view.throughput, view.window),
+            job_failures_table(view.failures, view.window),
+            workers_table(view.workers, now),
+            periodic_table(view.periodic, now),
+        ]
+    )
+
+
+def workers_table(workers: Sequence[WorkerInfo], now: datetime) -> Table:
+    table = house_table(
+        "worker",
+        "host",
+        number_column("pid"),
+        "queues",
+        number_column("up"),
+        number_column("seen"),
+        number_column("running"),
+        text_column("jobs"),
+        title="workers",
+    )
+    for w in workers:
+        jobs = ", ".join(f"{j.id} {j.kind}" for j in w.running[:5])
+        if w.running_count > 5:
+            jobs += f", … ({w.running_count} in all)"
+        table.add_row(
+            Text(w.name, style="" if w.alive else "dim"),
+            w.host,
+            str(w.pid),
+            ", ".join(w.queues),
+            duration((now - w.started_at).total_seconds()),
+            Text(f"{duration(w.seen_ago)} ago", style="" if w.alive else "bold red"),
+            count(w.running_count),
+            jobs,
+        )
+    if not workers:
+        table.caption = "none running: `pgenough worker run module:app` starts one"
+    elif any(not w.alive for w in workers):
+        table.caption = (
+            "in red: gone (no heartbeat): died without stopping; its jobs' leases expire"
+        )
+    return table
+
+
+def _until(when: datetime, now: datetime) -> str:
+    return duration((when - now).total_seconds())
+
+
+def periodic_table(tasks: Sequence[PeriodicInfo], now: datetime) -> Table:
+    table = house_table(
+        "task",
+        "schedule",
+        number_column("last run"),
+        "by",
+        number_column("next run"),
+        number_column("missed"),
+        number_column("overdue"),
+        title="periodic tasks",
+    )
+    for t in tasks:
+        table.add_row(
+            t.name,
+            t.schedule.removeprefix("every ").removeprefix("cron "),
+            ago(t.last_run_at, now),
+            t.last_run_by or "-",
+            "-"
+            if t.next_run_at is None
+            else f"in {duration((t.next_run_at - now).total_seconds())}",
+            Text(count(t.missed), style="yellow" if t.missed else ""),
+            Text(count(t.overdue), style="bold red" if t.overdue else ""),
+        )
+    if not tasks:
+        table.caption = "none claimed yet"
+    return table
 
 
 def job_failures_table(failures: JobFailures, window: float) -> Table:
@@ -154,7 +259,15 @@ def job_failures_table(failures: JobFailures, window: float) -> Table:
     return table
 
 
-def queues_table(queues: Sequence[QueueStats]) -> Table:
+def queues_table(
+    queues: Sequence[QueueStats], throughput: Sequence[QueuePoint] = (), window: float = 0
+) -> Table:
+    """Every queue's depth; with ``throughput`` (``queue_history``'s points over the last
+    ``window`` seconds), the jobs it completed in that window."""
+    done: dict[str, int] = {}
+    for point in throughput:
+        done[point.queue] = done.get(point.queue, 0) + point.completed
+    columns = [number_column(f"done {duration(window)}")] if throughput or window else []
     table = house_table(
         "queue",
         number_column("ready"),
@@ -162,9 +275,11 @@ def queues_table(queues: Sequence[QueueStats]) -> Table:
         number_column("running"),
         number_column("dead"),
         number_column("oldest ready"),
+        *columns,
         title="queues",
     )
     for q in queues:
+        extra = [count(done.get(q.queue, 0))] if columns else []
         table.add_row(
             q.queue,
             count(q.ready),
@@ -172,6 +287,7 @@ def queues_table(queues: Sequence[QueueStats]) -> Table:
             count(q.running),
             Text(count(q.dead), style="bold red" if q.dead else ""),
             duration(q.oldest_ready_age) if q.ready else "-",
+            *extra,
         )
     if not queues:
         table.caption = "no jobs queued"

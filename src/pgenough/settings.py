@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
+from pgenough.core import history as core_history
 from pgenough.core import maintenance as core_maintenance
 from pgenough.core import worker as core_worker
 from pgenough.core.db import (
@@ -213,6 +214,12 @@ class Settings(BaseSettings):
     message_retention: float = Field(
         default=core_maintenance.DEFAULT_MESSAGE_RETENTION, ge=0, description="Seconds."
     )
+    history_retention: float = Field(
+        default=core_history.DEFAULT_HISTORY_RETENTION,
+        ge=0,
+        description="Seconds the queues' history (throughput per minute, backlog samples,"
+        " for the dashboard and `pgenough status`) is kept.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -266,6 +273,7 @@ class Settings(BaseSettings):
             clean_interval=self.clean_interval,
             dead_retention=self.dead_retention,
             message_retention=self.message_retention,
+            history_retention=self.history_retention,
             vacuum_interval=self.vacuum_interval or None,
             vacuum_dead_rows=self.vacuum_dead_rows,
         )

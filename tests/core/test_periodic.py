@@ -15,7 +15,16 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Claim, Cron, Interval, Periodic, PeriodicTask, metrics
+from pgenough.core import (
+    Claim,
+    Cron,
+    Interval,
+    Periodic,
+    PeriodicInfo,
+    PeriodicTask,
+    list_periodic,
+    metrics,
+)
 from tests.helpers.procs import Proc
 
 T = datetime(2026, 5, 1, 10, tzinfo=UTC)  # an hourly tick
@@ -409,3 +418,63 @@ def _three_replicas(env: dict[str, str], mode: str, *args: str) -> None:
     finally:
         for proc in procs:
             proc.kill()
+
+
+# -- what the dashboard and `pgenough status` read: list_periodic -------------------------------
+
+
+async def periodic_info(db: AsyncConnectionPool, name: str) -> PeriodicInfo:
+    async with db.connection() as conn:
+        [found] = [p for p in await list_periodic(conn) if p.name == name]
+    return found
+
+
+@pytest.mark.db
+async def test_list_periodic_counts_ticks_missed_and_records_the_last_run(
+    db: AsyncConnectionPool,
+) -> None:
+    a, b = Periodic(db, replica="a"), Periodic(db, replica="b")
+    # Five hours with no replica up, then one: the four ticks before the latest are dropped.
+    await claim(db, a, hourly(), T - 5 * HOUR)  # first seen: recorded, not run
+    assert (await periodic_info(db, "report")).last_run_at is None
+    assert (await claim(db, b, hourly(), T + timedelta(minutes=20))).outcome == "run"
+    info = await periodic_info(db, "report")
+    assert (info.missed, info.last_run_by, info.schedule) == (4, "b", "cron 0 * * * * UTC")
+    assert info.last_tick_at == T and info.last_run_at is not None
+    # A tick skipped past its grace is missed too, and keeps the last run as it was.
+    skipping = hourly("skipping", missed="skip")
+    await claim(db, a, skipping, T - timedelta(minutes=30))
+    await claim(db, a, skipping, T + timedelta(minutes=5))  # late: skipped
+    skipped = await periodic_info(db, "skipping")
+    assert (skipped.missed, skipped.last_run_at) == (1, None)
+    # An interval counts by its periods.
+    every = PeriodicTask("every", Interval(10), nothing)
+    await claim(db, a, every, T)  # runs its current period
+    await claim(db, a, every, T + timedelta(seconds=65))
+    ran = await periodic_info(db, "every")
+    assert (ran.missed, ran.last_run_by, ran.schedule) == (5, "a", "every 10.0s")
+
+
+@pytest.mark.db
+async def test_list_periodic_says_when_a_task_runs_next_and_whether_it_is_overdue(
+    db: AsyncConnectionPool,
+) -> None:
+    """By the database's clock: a task claimed now is due at its next tick and not
+    overdue; one whose ticks passed unclaimed (no replica runs it) is overdue by them."""
+    every = PeriodicTask("every-minute", Interval(60), nothing)
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT now()")
+        row = await cur.fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    await claim(db, Periodic(db, replica="a"), every, now)
+    info = await periodic_info(db, "every-minute")
+    assert info.next_run_at is not None
+    assert now < info.next_run_at <= now + timedelta(seconds=60)
+    assert info.overdue == 0
+    async with db.connection() as conn:  # as if claimed 10 minutes ago, and never since
+        await conn.execute(
+            "UPDATE pgenough.periodic SET period = period - 10 WHERE name = 'every-minute'"
+        )
+    # Ten periods passed unclaimed; the latest counts once OVERDUE_SLACK seconds into it.
+    assert (await periodic_info(db, "every-minute")).overdue in (9, 10)

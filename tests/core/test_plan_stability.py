@@ -44,7 +44,7 @@ from pgenough.core import (
     requeue_stuck,
     retry_job,
 )
-from pgenough.core.queue import complete_many
+from pgenough.core.queue import complete_many, record_failure
 from pgenough.core.worker import _Executor
 from pgenough_plans.ingest.process import PLANS_QUEUE
 
@@ -245,8 +245,10 @@ HOT = [
     Hot("heartbeat", lambda s: _beat(s, PRIMED), _beat, BATCH),
     Hot(
         "fail",
-        lambda s: s.executor._fail(PRIMED[0], "boom", 1.0, give_up=False),
-        lambda s, jobs: s.executor._fail(jobs[0], "boom", 1.0, give_up=False),
+        lambda s: _on_conn(s, lambda c: record_failure(c, PRIMED[0], "boom", 1.0, give_up=False)),
+        lambda s, jobs: _on_conn(
+            s, lambda c: record_failure(c, jobs[0], "boom", 1.0, give_up=False)
+        ),
         1,
     ),
     Hot("release", lambda s: _hand_back(s, PRIMED), _hand_back, BATCH),

@@ -28,14 +28,20 @@ from pgenough.core import (
     JOB_STATES,
     AppNotFound,
     JobFailures,
+    PeriodicInfo,
+    QueuePoint,
     QueueStats,
+    WorkerInfo,
     get_job,
     job_failures,
     list_jobs,
+    list_periodic,
+    list_workers,
     load_app,
     migrate,
     open_pool,
     parse_job_state,
+    queue_history,
     queue_stats,
     repair,
     schema_version,
@@ -78,18 +84,29 @@ class Status:
     window: float
     queues: list[QueueStats]
     failures: JobFailures
+    throughput: list[QueuePoint]
+    """Per queue and minute of the window: jobs completed, attempts failed, dead-lettered."""
+    workers: list[WorkerInfo]
+    periodic: list[PeriodicInfo]
 
 
 def status_cmd(as_json: JsonOption = False) -> None:
-    """Every queue (ready, scheduled, running, dead, oldest ready) and the last hour's failures."""
+    """Every queue (depth, oldest ready, the last hour's throughput and failures), the
+    workers (alive or gone, what each runs) and the periodic tasks (last and next run, missed
+    ticks)."""
 
     async def read(conn: AsyncConn) -> Status:
         return Status(
-            STATUS_WINDOW, await queue_stats(conn), await job_failures(conn, STATUS_WINDOW)
+            STATUS_WINDOW,
+            await queue_stats(conn),
+            await job_failures(conn, STATUS_WINDOW),
+            await queue_history(conn, window=STATUS_WINDOW),
+            await list_workers(conn),
+            await list_periodic(conn),
         )
 
     found = inspect("status", read)
-    show(found, as_json, lambda: render.status_view(found.queues, found.failures, found.window))
+    show(found, as_json, lambda: render.status_view(found, now()))
 
 
 def _queue_option(values: list[str] | None) -> dict[str, int | None] | None:

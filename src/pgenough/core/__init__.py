@@ -17,6 +17,7 @@ from pgenough.core.errors import (
     TaskTimeout,
     first_line,
 )
+from pgenough.core.history import QueuePoint, queue_history
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
 from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
@@ -31,7 +32,7 @@ from pgenough.core.maintenance import (
     vacuum_jobs,
 )
 from pgenough.core.migrations import MigrationSet, migrate, schema_version
-from pgenough.core.periodic import Claim, Periodic, PeriodicTask
+from pgenough.core.periodic import Claim, Periodic, PeriodicInfo, PeriodicTask, list_periodic
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
     AttemptError,
@@ -56,6 +57,7 @@ from pgenough.core.queue import (
     retry_dead,
     retry_job,
 )
+from pgenough.core.registry import RunningJob, WorkerInfo, list_workers
 from pgenough.core.retry import Backoff, Reconnect
 from pgenough.core.schedule import Cron, Interval, Schedule, Tick
 from pgenough.core.service import Service, Services, TaskService
@@ -114,12 +116,15 @@ __all__ = [  # noqa: RUF022
     "NewJob",
     "PLAN_EACH_TIME",
     "Periodic",
+    "PeriodicInfo",
     "PeriodicTask",
     "PgenoughError",
+    "QueuePoint",
     "QueueStats",
     "Reconnect",
     "RescueResult",
     "RetryIn",
+    "RunningJob",
     "Schedule",
     "SchemaMissing",
     "Service",
@@ -129,14 +134,15 @@ __all__ = [  # noqa: RUF022
     "Task",
     "TaskArgumentsError",
     "TaskContext",
-    "TaskService",
     "TaskFailed",
+    "TaskService",
     "TaskTimeout",
     "ThreadHandler",
     "Tick",
     "VacuumResult",
     "Worker",
     "WorkerConfig",
+    "WorkerInfo",
     "WorkerStats",
     "advisory_lock",
     "advisory_xact_lock",
@@ -149,12 +155,14 @@ __all__ = [  # noqa: RUF022
     "discard_job",
     "enqueue",
     "enqueue_many",
-    "first_line",
     "fail",
+    "first_line",
     "get_job",
     "job_failures",
     "jobs_by_payload",
     "list_jobs",
+    "list_periodic",
+    "list_workers",
     "load_app",
     "lock_key",
     "log_context",
@@ -163,6 +171,7 @@ __all__ = [  # noqa: RUF022
     "open_pool",
     "parse_job_state",
     "publish",
+    "queue_history",
     "queue_stats",
     "refresh_queue_metrics",
     "requeue_stuck",

@@ -607,7 +607,11 @@ class _Executor:
         recorded, state = await self._record(job, outcome, exc, started)
         if not recorded:
             return
-        traced = exc if outcome.traceback is not None else None
+        # A database connection that failed under the handler (a reset, a cut link, a
+        # restart) is the network's doing: one line says it, as for a periodic task; the
+        # traceback is still kept with the attempt (jobs.errors).
+        network = isinstance(exc, psycopg.OperationalError)
+        traced = exc if outcome.traceback is not None and not network else None
         if state is None and isinstance(exc, TaskFailed):
             state = JobState.DEAD  # its handler recorded it (fail()), in its own transaction
         if state is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import metrics, queue
+from pgenough.core import history, metrics, queue, registry
 from pgenough.core._sql import PLAN_EACH_TIME, load
 from pgenough.core.job_states import JobState
 from pgenough.core.periodic import Periodic
@@ -47,6 +47,10 @@ class MaintenanceConfig:
     """Seconds between looks at the jobs table's dead rows (None: leave it to autovacuum)."""
     vacuum_dead_rows: int = DEFAULT_VACUUM_DEAD_ROWS
     """Dead rows past which the vacuum duty vacuums the jobs table."""
+    history_retention: float = history.DEFAULT_HISTORY_RETENTION
+    """Seconds the queues' history (throughput per minute, backlog samples) is kept."""
+    sample_interval: float = history.SAMPLE_INTERVAL
+    """Seconds between two samples of every queue's backlog (once across all workers)."""
     batch: int = DEFAULT_BATCH
     statement_timeout: float = DEFAULT_MAINTENANCE_STATEMENT_TIMEOUT
 
@@ -57,8 +61,10 @@ class MaintenanceConfig:
             raise ValueError("vacuum_interval must be positive (or None)")
         if self.vacuum_dead_rows < 0:
             raise ValueError("vacuum_dead_rows must be >= 0")
-        if self.batch < 1 or self.dead_retention < 0 or self.message_retention < 0:
+        if self.batch < 1 or min(self.dead_retention, self.message_retention) < 0:
             raise ValueError("maintenance batch must be >= 1 and retentions >= 0")
+        if self.history_retention < 0 or self.sample_interval <= 0:
+            raise ValueError("history_retention must be >= 0 and sample_interval positive")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,10 @@ class RescueResult:
 class CleanResult:
     jobs_deleted: int
     messages_deleted: int
+    history_deleted: int = 0
+    """Rows of throughput counts and backlog samples past ``history_retention``."""
+    workers_forgotten: int = 0
+    """Rows of workers gone (not seen) for ``registry.GONE_RETENTION``."""
 
 
 def _batched(statement: Query, timeout: float) -> Steps[tuple[int, list[Any]]]:
@@ -97,6 +107,12 @@ def _timed(statement: Query, timeout: float) -> Steps[Result]:
     return result
 
 
+def _timed_steps(steps: Steps[int], timeout: float) -> Steps[int]:
+    """``steps`` in the transaction ``Atomic`` opens, under the statement timeout."""
+    yield Query(_Q["statement_timeout"], {"ms": f"{int(timeout * 1000)}ms"})
+    return (yield from steps)
+
+
 @dual
 def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[RescueResult]:
     """Take back every expired claim: retry it, or dead-letter it when attempts are spent."""
@@ -120,7 +136,8 @@ rescue_expired = requeue_stuck
 
 @dual
 def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[CleanResult]:
-    """Delete dead/cancelled jobs and stored messages past their retention."""
+    """Delete dead/cancelled jobs, stored messages and the queues' history past their
+    retention, and forget the workers gone for good."""
     jobs, _ = yield from _batched(
         queue.delete_finished_batch(config.dead_retention, config.batch),
         config.statement_timeout,
@@ -133,9 +150,20 @@ def clean(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[CleanResult]
         ),
         config.statement_timeout,
     )
+    old = yield Atomic(
+        _timed_steps(
+            history.delete_old_history.steps(config.history_retention, config.batch),
+            config.statement_timeout,
+        )
+    )
+    gone = yield Atomic(
+        _timed_steps(registry.forget_gone_workers.steps(), config.statement_timeout)
+    )
     if jobs or messages:
         log.info("cleaned %d finished job(s) and %d stored message(s)", jobs, messages)
-    return CleanResult(jobs_deleted=jobs, messages_deleted=messages)
+    return CleanResult(
+        jobs_deleted=jobs, messages_deleted=messages, history_deleted=old, workers_forgotten=gone
+    )
 
 
 @dataclass(frozen=True)
@@ -168,7 +196,8 @@ def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[Vacuum
 
 
 def register(periodic: Periodic, pool: AsyncConnectionPool, config: MaintenanceConfig) -> None:
-    """Schedule the rescuer and the cleaner on ``periodic`` (once per interval overall)."""
+    """Schedule the rescuer, the cleaner, the vacuum and the backlog's sampling on
+    ``periodic`` (each once per interval overall)."""
 
     async def rescue() -> None:
         async with pool.connection() as conn:
@@ -182,7 +211,12 @@ def register(periodic: Periodic, pool: AsyncConnectionPool, config: MaintenanceC
         async with pool.connection() as conn:
             await vacuum_jobs(conn, config)
 
+    async def sample() -> None:
+        async with pool.connection() as conn:
+            await history.sample_queues(conn)
+
     periodic.every(config.rescue_interval, "pgenough.rescue", rescue)
     periodic.every(config.clean_interval, "pgenough.clean", cleanup)
     if config.vacuum_interval is not None:
         periodic.every(config.vacuum_interval, "pgenough.vacuum", vacuum)
+    periodic.every(config.sample_interval, "pgenough.sample", sample)

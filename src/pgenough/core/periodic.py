@@ -16,11 +16,12 @@ period at once (the period is still going on).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeAlias
@@ -40,15 +41,23 @@ from pgenough.core.schedule import (
     Missed,
     Schedule,
     Tick,
+    from_spec,
     is_late,
 )
 from pgenough.core.service import Service
+from pgenough.core.statements import Query, Steps, dual
 
 log = logging.getLogger(__name__)
 _Q = load("periodic")
 
 CLAIM_BACKOFF = Backoff(base=1.0, cap=30.0)
 """Retries of a tick's claim while the database cannot be reached."""
+
+MISSED_COUNTED = 10_000
+"""Ticks missed in one outage counted at most (a per-second cron down for a day: 86,400)."""
+OVERDUE_SLACK = 5.0
+"""Seconds past its due time before a tick nobody claimed counts as overdue (replicas claim
+a few milliseconds after each tick, with jitter)."""
 
 TaskFn: TypeAlias = Callable[[], Awaitable[None]]
 Outcome: TypeAlias = Literal["run", "skipped", "recorded"]
@@ -207,6 +216,15 @@ class Periodic(Service):
         # No previous tick under this schedule: a first claim, which only runs an interval's.
         outcome: Outcome = "run" if runs else "recorded" if previous is None else "skipped"
         _log_claim(task, tick, now, outcome, previous)
+        if previous is not None:
+            missed = task.schedule.ticks_between(previous, tick.key, MISSED_COUNTED)
+            missed += outcome == "skipped"
+            if missed:
+                await conn.execute(
+                    _Q["add_missed"],
+                    {"missed": missed, "name": task.name, "tick": tick.key},
+                    prepare=PLAN_EACH_TIME,
+                )
         return Claim(now, tick, outcome)
 
     async def claim(self, task: PeriodicTask) -> tuple[float, bool]:
@@ -283,6 +301,78 @@ class Periodic(Service):
     def stop(self) -> None:
         self._stop.set()
         super().stop()
+
+
+@dataclass(frozen=True)
+class PeriodicInfo:
+    """A periodic task as the database knows it, from the ticks claimed: what the dashboard
+    and ``pgenough status`` show. Only tasks some replica has claimed once are known."""
+
+    name: str
+    schedule: str
+    """Its schedule as text (``every 60.0s``, ``cron 30 2 * * * Europe/Berlin``)."""
+    last_tick_at: datetime | None
+    """The last tick claimed (run, skipped, or recorded on a first claim)."""
+    last_claimed_at: datetime
+    last_run_at: datetime | None
+    """When a tick of it last ran, and by which replica (``last_run_by``)."""
+    last_run_by: str | None
+    next_run_at: datetime | None
+    """Its next tick after now (None: a schedule with none left)."""
+    missed: int
+    """Ticks that passed without running: skipped as late, or dropped while no replica was
+    up (counted when the next one is claimed)."""
+    overdue: int
+    """Ticks due since the last claim that nobody has claimed yet, ``OVERDUE_SLACK`` seconds
+    after their time: no replica runs it now (a worker down, or the task removed)."""
+
+
+def periodic_info(row: Mapping[str, Any]) -> PeriodicInfo:
+    """A row of ``list_periodic`` with what its schedule says of now."""
+    now: datetime = row["now"]
+    try:
+        schedule: Schedule | None = from_spec(row["schedule"] or "")
+    except ValueError:  # a row from before schedules were recorded
+        schedule = None
+    last_tick = next_run = None
+    overdue = 0
+    if schedule is not None:
+        last = schedule.tick(row["period"])
+        last_tick = last.at
+        with contextlib.suppress(ValueError):
+            next_run = schedule.next_after(now).at
+        latest = schedule.latest(now - timedelta(seconds=OVERDUE_SLACK))
+        if latest is not None and latest.key > last.key:
+            overdue = 1 + schedule.ticks_between(last.key, latest.key, MISSED_COUNTED)
+    return PeriodicInfo(
+        name=row["name"],
+        schedule=row["schedule"] or "",
+        last_tick_at=last_tick,
+        last_claimed_at=row["claimed_at"],
+        last_run_at=row["last_run_at"],
+        last_run_by=row["last_run_by"],
+        next_run_at=next_run,
+        missed=row["missed"],
+        overdue=overdue,
+    )
+
+
+@dual
+def list_periodic() -> Steps[list[PeriodicInfo]]:
+    """Every periodic task some replica has claimed, by name."""
+    result = yield Query(_Q["list_periodic"], prepare=PLAN_EACH_TIME)
+    columns = (
+        "name",
+        "schedule",
+        "period",
+        "claimed_at",
+        "claimed_by",
+        "last_run_at",
+        "last_run_by",
+        "missed",
+        "now",
+    )
+    return [periodic_info(dict(zip(columns, r, strict=True))) for r in result.rows]
 
 
 async def _never() -> None:

@@ -66,6 +66,15 @@ class Schedule(Protocol):
         """The last tick at or before ``t`` (None: there is none)."""
         ...
 
+    def tick(self, key: int) -> Tick:
+        """The tick of ``key`` (as stored in ``pgenough.periodic``)."""
+        ...
+
+    def ticks_between(self, first: int, last: int, cap: int) -> int:
+        """How many ticks fall strictly between the ticks of keys ``first`` and ``last``,
+        counted up to ``cap``."""
+        ...
+
 
 def _utc(t: datetime) -> datetime:
     if t.tzinfo is None or t.utcoffset() is None:
@@ -99,14 +108,17 @@ class Interval:
     def spec(self) -> str:
         return f"every {float(self.seconds)!r}s"
 
-    def _tick(self, key: int) -> Tick:
+    def tick(self, key: int) -> Tick:
         return Tick(key, _EPOCH + key * self._us * _US)
 
     def next_after(self, t: datetime) -> Tick:
-        return self._tick(_epoch_us(t) // self._us + 1)
+        return self.tick(_epoch_us(t) // self._us + 1)
 
     def latest(self, t: datetime) -> Tick | None:
-        return self._tick(_epoch_us(t) // self._us)
+        return self.tick(_epoch_us(t) // self._us)
+
+    def ticks_between(self, first: int, last: int, cap: int) -> int:
+        return max(0, min(cap, last - first - 1))
 
 
 @dataclass(frozen=True)
@@ -151,15 +163,23 @@ class Cron:
                 return found_s
             start = found
 
-    def _tick(self, epoch_s: int) -> Tick:
-        return Tick(epoch_s, _EPOCH + timedelta(seconds=epoch_s))
+    def tick(self, key: int) -> Tick:
+        return Tick(key, _EPOCH + timedelta(seconds=key))
+
+    def ticks_between(self, first: int, last: int, cap: int) -> int:
+        count = 0
+        found = self._next_s(first)
+        while found is not None and found < last and count < cap:
+            count += 1
+            found = self._next_s(found)
+        return count
 
     def next_after(self, t: datetime) -> Tick:
         # Ticks are whole seconds, so the first one after t is the first after its second.
         found = self._next_s(_epoch_us(t) // 1_000_000)
         if found is None:
             raise ValueError(f"cron expression {self.expr!r} has no tick after {t.isoformat()}")
-        return self._tick(found)
+        return self.tick(found)
 
     def latest(self, t: datetime) -> Tick | None:
         # cronsim only steps forward reliably across DST, so search backwards with forward
@@ -186,7 +206,23 @@ class Cron:
                 hi = mid
         found = self._next_s(lo)
         assert found is not None
-        return self._tick(found)
+        return self.tick(found)
+
+
+def from_spec(spec: str) -> Schedule:
+    """The schedule whose ``spec`` is ``spec`` (``every 60.0s``, ``cron 30 2 * * *
+    Europe/Berlin``), as ``pgenough.periodic`` stores it; ``ValueError`` for any other text."""
+    kind, _, rest = spec.partition(" ")
+    if kind == "every" and rest.endswith("s"):
+        try:
+            return Interval(float(rest[:-1]))
+        except ValueError:
+            pass
+    if kind == "cron":
+        expr, _, zone = rest.rpartition(" ")
+        if expr:
+            return Cron(expr, zone)
+    raise ValueError(f"not a schedule: {spec!r}")
 
 
 def is_late(tick: Tick, now: datetime, grace: float) -> bool:

@@ -38,9 +38,11 @@ from pgenough.core.executor import (
     WorkerStats,
     _Executor,
 )
+from pgenough.core.history import CountsFlusher
 from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
 from pgenough.core.queue import refresh_queue_metrics
+from pgenough.core.registry import Registration
 from pgenough.core.service import Service, Services, TaskService
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,9 @@ class Worker(Service):
     Each ``WorkerConfig`` (one per queue; the default queue when none is given) gets its own
     executor: claim loop, concurrency, lease and heartbeat. The process shares the rest, as
     River's client does: ONE listening connection whatever the number of queues, ONE set of
-    periodic duties (rescuer, cleaner, yours on ``periodic``) and one queue-stats refresh.
+    periodic duties (rescuer, cleaner, yours on ``periodic``), one queue-stats refresh, one
+    row in ``pgenough.workers`` (``registry.py``) and one flush of its throughput into
+    ``pgenough.job_counts`` (``history.py``).
     So every config must carry the same ``maintenance``.
 
     The listener connects to ``listen_url``, by default the pool's conninfo. Behind a
@@ -161,6 +165,10 @@ class Worker(Service):
         if handle_signals:
             self._install_signal_handlers()
         async with Services() as services:
+            # Listed while it runs, its throughput counted (a drain's too: the flusher adds
+            # its last counts when it stops).
+            await services.start(Registration(self.pool, self.name, self.queues))
+            await services.start(CountsFlusher(self.pool, self.name, self.queue_stats))
             if not until_idle:
                 await services.start(self._notifier)
                 await services.start(self.periodic)

@@ -15,20 +15,9 @@ The models are unmanaged (``models.py``): their operations record Django's state
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import migrations, models
 
-
-def apply_schema(apps: Any, schema_editor: Any) -> None:
-    from pgenough.contrib.django import conf, schema
-    from pgenough.core import migrate
-    from pgenough.core.orm import django_connection
-
-    connection = schema_editor.connection
-    if connection.alias != conf.get_settings().database:
-        return
-    migrate(django_connection(connection.alias), schema.MIGRATIONS)
+from pgenough.contrib.django.migrations._schema import apply_schema
 
 
 class Migration(migrations.Migration):

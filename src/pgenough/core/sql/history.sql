@@ -1,0 +1,63 @@
+-- name: add_counts
+-- A worker's flush: what its executors finished since its last one, per queue, added to the
+-- current minute's row of each (one statement for every queue of the worker).
+INSERT INTO pgenough.job_counts AS c (bucket, queue, completed, failed, dead)
+SELECT date_trunc('minute', now()), q.queue, q.completed, q.failed, q.dead
+FROM unnest(%(queues)s::text[], %(completed)s::bigint[], %(failed)s::bigint[],
+            %(dead)s::bigint[]) AS q(queue, completed, failed, dead)
+ON CONFLICT (bucket, queue) DO UPDATE
+    SET completed = c.completed + EXCLUDED.completed,
+        failed = c.failed + EXCLUDED.failed,
+        dead = c.dead + EXCLUDED.dead
+
+-- name: sample_queues
+-- The sampling duty: every queue's depths now, one row per queue at this minute (a second
+-- sample in the same minute, from a replica whose tick came late, keeps the first).
+INSERT INTO pgenough.queue_samples (at, queue, ready, scheduled, running, dead, oldest_ready_age)
+SELECT date_trunc('minute', now()), queue,
+       count(*) FILTER (WHERE state = 'ready' AND run_at <= now()),
+       count(*) FILTER (WHERE state = 'ready' AND run_at > now()),
+       count(*) FILTER (WHERE state = 'running'),
+       count(*) FILTER (WHERE state = 'dead'),
+       coalesce(extract(epoch FROM now() - min(run_at)
+                FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8
+FROM pgenough.jobs
+GROUP BY queue
+ON CONFLICT (at, queue) DO NOTHING
+
+-- name: queue_history
+-- Per minute of the last %(window)s seconds and per queue (one queue, or every one): jobs
+-- completed, attempts failed and jobs dead-lettered in that minute, and the backlog sampled
+-- in it; a minute with nothing of either is absent. Oldest first.
+SELECT coalesce(c.bucket, s.at) AS at,
+       coalesce(c.queue, s.queue) AS queue,
+       coalesce(c.completed, 0) AS completed,
+       coalesce(c.failed, 0) AS failed,
+       coalesce(c.dead, 0) AS dead,
+       s.ready, s.scheduled, s.running, s.oldest_ready_age
+FROM (SELECT * FROM pgenough.job_counts
+      WHERE bucket > now() - %(window)s * interval '1 second'
+        AND (%(queue)s::text IS NULL OR queue = %(queue)s)) c
+FULL JOIN (SELECT * FROM pgenough.queue_samples
+           WHERE at > now() - %(window)s * interval '1 second'
+             AND (%(queue)s::text IS NULL OR queue = %(queue)s)) s
+    ON s.at = c.bucket AND s.queue = c.queue
+ORDER BY 1, 2
+
+-- name: delete_old_counts
+-- The cleaner: counts older than the retention, in batches.
+DELETE FROM pgenough.job_counts
+WHERE (bucket, queue) IN (
+    SELECT bucket, queue FROM pgenough.job_counts
+    WHERE bucket < now() - %(retention)s * interval '1 second'
+    LIMIT %(limit)s
+)
+
+-- name: delete_old_samples
+-- The cleaner: samples older than the retention, in batches.
+DELETE FROM pgenough.queue_samples
+WHERE (at, queue) IN (
+    SELECT at, queue FROM pgenough.queue_samples
+    WHERE at < now() - %(retention)s * interval '1 second'
+    LIMIT %(limit)s
+)
