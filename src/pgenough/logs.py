@@ -114,3 +114,9 @@ def setup(level: str, fmt: LogFormat = "text", *, stream: TextIO | None = None) 
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
     logging.basicConfig(level=level, handlers=[handler])
+    # Neither format shows the caller, the thread or the process: not looked up for each
+    # record (the logging HOWTO's "Optimization"), which the worker writes one of per job.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
