@@ -182,6 +182,12 @@ async def test_each_kind_of_task_leaves_the_file_and_line_of_its_raise(
         assert attempt.traceback is not None
         assert where(function, marker) in attempt.traceback, attempt.traceback
         assert attempt.traceback.endswith(f"{error}\n")
+        # From the task's own code on: none of the worker's, the loop's or the thread
+        # pool's frames that carried the job there.
+        first_frame = attempt.traceback.splitlines()[1]
+        assert first_frame.startswith(f'  File "{__file__}"'), attempt.traceback
+        for runtime in ("pgenough/core/", "concurrent/futures", "asyncio/"):
+            assert runtime not in attempt.traceback, (runtime, attempt.traceback)
 
 
 async def test_test_mode_records_the_traceback_too(db: AsyncConnectionPool) -> None:

@@ -49,7 +49,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance, metrics, queue
 from pgenough.core.errors import LeaseLost, RetryIn, TaskFailed, TaskTimeout
-from pgenough.core.failures import Outcome, failure_outcome
+from pgenough.core.failures import Outcome, failure_outcome, task_frames
 from pgenough.core.job_states import JobState
 from pgenough.core.logcontext import context_with
 from pgenough.core.queue import (
@@ -697,7 +697,7 @@ class _Executor:
             job.attempts,
             job.max_attempts,
             f": {error}" if error else f": {note}" if note else "",
-            exc_info=exc,
+            exc_info=None if exc is None else (type(exc), exc, task_frames(exc)),
         )
 
     async def _unhandled(self, job: Job, started: float) -> None:
@@ -834,6 +834,12 @@ class _Executor:
                     jobs[0].kind,
                     exc,
                 )
+                bisect = True
+            else:
+                bisect = False
+            if bisect:
+                # Out of the except clause: a half's own error would otherwise carry the
+                # whole batch's as its context, and its traceback both.
                 half = len(jobs) // 2
                 await self._run_group(handler, jobs[:half])
                 await self._run_group(handler, jobs[half:])

@@ -25,9 +25,12 @@ TRACEBACK_LIMIT`` characters of errors (80,000), however deep its tracebacks.
 from __future__ import annotations
 
 import random
+import sysconfig
 import traceback as tb
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
 
 from pgenough.core.errors import GiveUp, RetryIn, TaskFailed
 
@@ -50,11 +53,37 @@ def describe(exc: BaseException) -> str:
     return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:ERROR_LIMIT]
 
 
+_CORE: Final = str(Path(__file__).resolve().parent) + "/"
+_STDLIB: Final = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + "/"
+
+
+def _runtime(filename: str) -> bool:
+    """Whether a frame of ``filename`` is one that carries a job to its task's code:
+    pgenough's core (the worker, the task's call) or the standard library (asyncio, the
+    thread pool), not a package installed beside it (site-packages may lie inside it)."""
+    if filename.startswith(_CORE):
+        return True
+    return filename.startswith(_STDLIB) and "-packages/" not in filename[len(_STDLIB) :]
+
+
+def task_frames(exc: BaseException) -> TracebackType | None:
+    """``exc``'s traceback from the first frame of the task's own code on: the worker's, the
+    event loop's and the thread pool's frames that led there say nothing about the failure.
+    The whole of it when every frame is pgenough's or Python's (a failure of pgenough itself,
+    or of a task's arguments)."""
+    first = exc.__traceback__
+    frame = first
+    while frame is not None and _runtime(frame.tb_frame.f_code.co_filename):
+        frame = frame.tb_next
+    return frame or first
+
+
 def format_traceback(exc: BaseException, limit: int = TRACEBACK_LIMIT) -> str:
-    """``exc``'s traceback as Python prints it (its chain included: ``raise ... from``, and
-    an exception raised while handling another), bounded to ``limit`` characters as the
-    module's docstring says."""
-    parts = [_cut(part, TRACEBACK_PART_LIMIT) for part in tb.format_exception(exc)]
+    """``exc``'s traceback as Python prints it, from the task's own code on
+    (``task_frames``), its chain included (``raise ... from``, and an exception raised while
+    handling another), bounded to ``limit`` characters as the module's docstring says."""
+    trimmed = tb.TracebackException(type(exc), exc, task_frames(exc), compact=True)
+    parts = [_cut(part, TRACEBACK_PART_LIMIT) for part in trimmed.format()]
     text = "".join(parts)
     if len(text) <= limit:
         return text
