@@ -1,4 +1,5 @@
-# The two commands of the README: `make run` and `make test`. Everything else is a step of them.
+# The two commands of the README: `make run` and `make test`. Everything else is a step of them
+# (and `make docs`, the documentation site).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,8 +9,9 @@ BIN    := $(VENV)/bin
 # installs nothing, and `make test` after `make run` adds what is missing.
 SERVICE_STAMP := $(VENV)/.installed-service
 TEST_STAMP    := $(VENV)/.installed-test
+DOCS_STAMP    := $(VENV)/.installed-docs
 
-.PHONY: run test lint typecheck pytest test-db dist bench-queue bench-ingest bench-api bench-replica bench-failover screenshots clean
+.PHONY: run test lint docs typecheck pytest test-db dist bench-queue bench-ingest bench-api bench-replica bench-failover screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +23,11 @@ $(SERVICE_STAMP): pyproject.toml plan-service/pyproject.toml | $(BIN)/python
 
 $(TEST_STAMP): pyproject.toml plan-service/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./plan-service
-	touch $(TEST_STAMP) $(SERVICE_STAMP)
+	touch $(TEST_STAMP) $(SERVICE_STAMP) $(DOCS_STAMP)
+
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 run: $(SERVICE_STAMP)  ## Set up and run the demo on an embedded PostgreSQL (or DATABASE_URL).
 	$(BIN)/pgenough-plans demo
@@ -32,6 +38,16 @@ lint: $(TEST_STAMP)  ## lint-imports: the layers declared in pyproject.toml's [t
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/lint-imports
+	$(MKDOCS_BUILD)
+
+# The documentation site, into site/ (gitignored): Material for MkDocs, built offline (no fonts
+# or scripts fetched: mkdocs.yml), strict, so a broken link or anchor fails the build and
+# `make lint` with it. Open site/index.html. NO_MKDOCS_2_WARNING: Material's banner about its
+# successor, printed on every build.
+MKDOCS_BUILD = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs: $(DOCS_STAMP)  ## The documentation site into site/ (mkdocs.yml).
+	$(MKDOCS_BUILD)
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy
@@ -85,4 +101,4 @@ screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; ne
 	$(BIN)/python -m tests.plan_service.ui.screenshots
 
 clean:
-	rm -rf $(VENV) .pgenough-test dist .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .pgenough-test dist site .mypy_cache .ruff_cache .pytest_cache

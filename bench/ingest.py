@@ -59,12 +59,12 @@ Figures of the end-to-end step:
 Display: rates and ratios are truncated, memory figures and growth rounded up (never in the
 flattering direction); times are to the nearest millisecond.
 
-Target printed at the end, as docs/benchmarks.md states it (issue 13 §3): ">= 40,000 plans/s
-end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a partial snapshot still never
-data", each part with met / NOT met and its figure (the RSS at every size measured besides 10k;
-the last part is not measured here: the plans tests check it). Then the earlier targets (issue
-10): e2e >= 25,000 plans/s at 1M; e2e >= 0.6 x the parse-only ceiling; the fetch worker's peak
-RSS <= 150 MiB at 1M.
+Target printed at the end, as docs/plan-service/benchmarks.md states it (issue 13 §3):
+">= 40,000 plans/s end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a partial
+snapshot still never data", each part with met / NOT met and its figure (the RSS at every size
+measured besides 10k; the last part is not measured here: the plans tests check it). Then the
+earlier targets (issue 10): e2e >= 25,000 plans/s at 1M; e2e >= 0.6 x the parse-only ceiling;
+the fetch worker's peak RSS <= 150 MiB at 1M.
 """
 
 from __future__ import annotations
@@ -117,13 +117,15 @@ TARGET = (
     ">= 40,000 plans/s end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a "
     "partial snapshot still never data"
 )
-"""The ingestion target as docs/benchmarks.md states it (issue 13 §3), word for word."""
+"""The ingestion target as docs/plan-service/benchmarks.md states it (issue 13 §3), word for
+word."""
 TARGET_E2E = 40_000.0
 TARGET_E2E_SIZE = 1_000_000
 TARGET_RSS_GROWTH = 1.25
 RSS_BASE_SIZE = 10_000
 EARLIER_E2E = 25_000.0
-"""The earlier targets (issue 10, docs/benchmarks-ingest.md), still printed after it."""
+"""The earlier targets (issue 10, docs/plan-service/benchmarks-ingest.md), still printed after
+it."""
 TARGET_PARSE_RATIO = 0.6
 TARGET_RSS_MIB = 150.0
 
@@ -787,7 +789,7 @@ def print_summary(results: list[SizeResult]) -> bool:
     by_size = {r.plans: r for r in results if r.runs}
     big = by_size.get(TARGET_E2E_SIZE)
     base = by_size.get(RSS_BASE_SIZE)
-    print(f"\nTarget (docs/benchmarks.md): {TARGET}")
+    print(f"\nTarget (docs/plan-service/benchmarks.md): {TARGET}")
     if big is None:
         print(f"  >= {TARGET_E2E:,.0f} plans/s end to end at 1M plans: not measured")
     else:
@@ -811,7 +813,7 @@ def print_summary(results: list[SizeResult]) -> bool:
         "  a partial snapshot still never data: not measured by this benchmark (the plans"
         " tests check it, e.g. tests/plan_service/ingest/test_pipeline.py)"
     )
-    print("Earlier targets (issue 10, docs/benchmarks-ingest.md)")
+    print("Earlier targets (issue 10, docs/plan-service/benchmarks-ingest.md)")
     if big is None:
         print(f"  e2e >= {EARLIER_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}: not measured")
         print(f"  fetch RSS <= {TARGET_RSS_MIB:.0f} MiB at {TARGET_E2E_SIZE:,}: not measured")

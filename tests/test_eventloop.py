@@ -1,4 +1,4 @@
-"""The commands' event loop: uvloop when installed (the service extra installs it), asyncio's
+"""The commands' event loop: uvloop when installed (the plan service installs it), asyncio's
 own on request, and a missing or unknown choice is one line, never a traceback."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Every example in examples/ runs on the install its docstring names, against PostgreSQL.
 
-Each example says in its docstring ``Install: ``pip install ...`````. One that needs the core
-alone (``pip install pgenough``) runs in the environment of the built wheel with no extras
-(tests/helpers/wheel.py), on a database of its own; any other runs on this suite's
-environment, which must hold what its line names.
+Each example says in its docstring ``Install: ``pip install ...`````, as from a checkout of
+the repository (pgenough is not on PyPI: ``.`` is the library, ``'.[extra]'`` with an
+extra). One that needs the library alone (``pip install .``) runs in the environment of the
+built wheel with no extras (tests/helpers/wheel.py), on a database of its own; any other
+runs on this suite's environment, which must hold what its line names.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tests.helpers.wheel import CoreVenv, check, core_db_fixture, core_venv_fixt
 __all__ = ["core_db_fixture", "core_venv_fixture"]  # pytest's fixtures
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
-CORE_ONLY = "pip install pgenough"
+CORE_ONLY = "pip install ."
 
 
 def install_line(path: Path) -> str:
@@ -75,23 +76,29 @@ OTHER_EXAMPLES = [p for p in EXAMPLES if p not in CORE_EXAMPLES]
 
 def test_every_example_is_run_here() -> None:
     assert {p.name for p in EXAMPLES} == set(RUNS)
-    # The README's and docs/messaging.md's flagship runs on the core alone.
+    # The flagship example of the README and the guides runs on the core alone.
     assert "checkout.py" in {p.name for p in CORE_EXAMPLES}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_the_install_line_names_what_exists(path: Path) -> None:
-    """Each requirement of the line is pgenough with declared extras, or a package that this
-    suite's environment has (where an example that is not core-only runs)."""
+    """Each word of the line is the checkout (``.``, or ``'.[extra]'`` with declared extras),
+    never a ``pgenough`` from an index (nothing is published), or a package that this suite's
+    environment has (where an example that is not core-only runs)."""
     extras = set(
         tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     )
-    words = install_line(path).removeprefix("pip install ").split()
+    words = [w.strip("'\"") for w in install_line(path).removeprefix("pip install ").split()]
+    assert words[0] == "." or words[0].startswith(".["), (path.name, words[0])
     for word in words:
-        req = Requirement(word.strip("'\""))
-        if req.name == "pgenough":
-            assert req.extras <= extras, (path.name, req.extras - extras)
-        elif path not in CORE_EXAMPLES:
+        if word.startswith("."):
+            named = re.fullmatch(r"\.(?:\[([a-z0-9,-]+)\])?", word)
+            assert named is not None, (path.name, word)
+            assert set(filter(None, (named[1] or "").split(","))) <= extras, (path.name, word)
+            continue
+        req = Requirement(word)
+        assert req.name != "pgenough", f"{path.name}: pgenough is not on an index: pip install ."
+        if path not in CORE_EXAMPLES:
             importlib.metadata.version(req.name)  # raises if this environment lacks it
 
 

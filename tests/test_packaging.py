@@ -2,10 +2,10 @@
 build needs and nothing else, and a wheel built from it with the package's data, ``py.typed``
 and one version everywhere; the README's install lines name the extras pyproject.toml has.
 
-``pip install pgenough`` is the library alone: that wheel, installed without extras into a
-fresh virtual environment (tests/helpers/wheel.py), runs a job end to end, and its CLI knows
-nothing of the plan service. The plan service (pgenough-plans) installs beside that wheel
-and runs on it.
+The library's wheel (what ``pip install .`` installs) is the library alone: installed
+without extras into a fresh virtual environment (tests/helpers/wheel.py), it runs a job end
+to end, and its CLI knows nothing of the plan service. The plan service (pgenough-plans)
+installs beside that wheel and runs on it.
 
 The wheel's environment connects to this run's PostgreSQL (embedded or ``DATABASE_URL``) by
 URL, but to a database of its own: the session's test database carries the plan service's
@@ -155,7 +155,7 @@ def test_the_readme_names_each_extra_and_only_those(release: Release) -> None:
     )
     assert set(_wheel_metadata(release).get_all("Provides-Extra") or []) == declared
     named = set(re.findall(r"pgenough\[([a-z0-9-]+)\]", section))
-    named |= set(re.findall(r"\.\[([a-z0-9-]+)\]", section))  # pip install '.[service]'
+    named |= set(re.findall(r"\.\[([a-z0-9-]+)\]", section))  # pip install '.[embedded]'
     named |= set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.MULTILINE))
     assert named == declared, (sorted(named), sorted(declared))
     for extra in declared:
@@ -323,7 +323,7 @@ def test_the_operators_job_commands_work_on_the_core_alone(
 
 
 def test_the_readme_lists_every_core_dependency() -> None:
-    """The extras table's first row, what ``pip install pgenough`` brings, names each of the
+    """The extras table's first row, what the library without extras brings, names each of the
     core's dependencies (a new one must be said there)."""
     [row] = re.findall(r"^\| \(none\) \|(.*)\|$", _readme_install_section(), re.MULTILINE)
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

@@ -1,4 +1,4 @@
-"""docs/sqlalchemy.md ("SQLAlchemy / FastAPI in ten minutes") runs as written.
+"""docs/guides/sqlalchemy.md ("SQLAlchemy / FastAPI in ten minutes") runs as written.
 
 The page builds a project file by file: a ```` ```python ```` block whose first line is
 ``# NAME.py`` is that file; any other is a script. Here they are written into an empty
@@ -30,7 +30,7 @@ from pgenough.core.db import create_database, drop_database, with_database
 from tests.helpers.cli import command_problem, pgenough_invocations
 from tests.helpers.procs import ROOT
 
-DOC = ROOT / "docs" / "sqlalchemy.md"
+DOC = ROOT / "docs" / "guides" / "sqlalchemy.md"
 FILE_HEADER = re.compile(r"^# (\w+\.py)\n")
 PGENOUGH = Path(sys.executable).with_name("pgenough")
 

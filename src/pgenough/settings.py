@@ -150,7 +150,7 @@ class Settings(BaseSettings):
         " transaction pooler (PgBouncer pool_mode = transaction); setting it says DATABASE_URL"
         " is one. LISTEN (workers, the dashboard), session advisory locks and the dashboard go"
         " here; claims, enqueues and completions through DATABASE_URL. Unset: everything on"
-        " DATABASE_URL (docs/operations.md, behind PgBouncer).",
+        " DATABASE_URL (docs/operations/index.md, behind PgBouncer).",
     )
     network_timeout: float = Field(
         default=DEFAULT_NETWORK_TIMEOUT,

@@ -310,7 +310,7 @@ async def test_periodic_claims_through_the_pooler_run_a_tick_once(
 async def test_prepared_statements_break_through_the_pooler_unless_turned_off(
     server_url: str, database_url: str
 ) -> None:
-    """The rule of docs/operations.md: PgBouncer < 1.21 in transaction mode cannot carry
+    """The rule of docs/operations/index.md: PgBouncer < 1.21 in transaction mode cannot carry
     psycopg's automatic prepared statements; ``prepared_statements=False`` can.
 
     Made certain rather than left to the pooler's choice of server connection: on a pooler

@@ -1,4 +1,4 @@
-"""docs/messaging.md's Reference lists every field of the types a user reads: ``Job``,
+"""docs/reference.md lists every field of the types a user reads: ``Job``,
 ``TaskContext`` and ``WorkerConfig``, each in its own table (a field added to the code and
 not to the doc fails here)."""
 
@@ -13,14 +13,14 @@ import pytest
 from pgenough.core import App, Job, TaskContext, WorkerConfig
 from tests.helpers.procs import ROOT
 
-DOC = (ROOT / "docs" / "messaging.md").read_text("utf-8")
-REFERENCE = DOC[DOC.index("\n## Reference\n") :]
+DOC = (ROOT / "docs" / "reference.md").read_text("utf-8")
+REFERENCE = DOC[DOC.index("\n## The public types\n") :]
 
 
 def _section(title: str) -> str:
     start = REFERENCE.index(f"\n### `{title}`")
-    end = REFERENCE.find("\n### ", start + 1)
-    return REFERENCE[start:end]
+    ends = [REFERENCE.find(h, start + 1) for h in ("\n### ", "\n## ")]
+    return REFERENCE[start : min((e for e in ends if e != -1), default=len(REFERENCE))]
 
 
 @pytest.mark.parametrize("kind", [Job, TaskContext, WorkerConfig], ids=lambda k: k.__name__)

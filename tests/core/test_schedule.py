@@ -201,7 +201,7 @@ def test_new_york_spring_forward_and_fall_back() -> None:
 def test_a_seconds_field_expression_follows_absolute_time_across_dst() -> None:
     # cronsim applies Debian's DST handling to five-field expressions only: with a seconds
     # field a skipped local time does not occur and a repeated one occurs twice (documented
-    # in docs/messaging.md).
+    # in docs/guides/periodic.md).
     nightly = Cron("0 30 2 * * *", "Europe/Berlin")
     assert ticks(nightly, utc(2026, 3, 28, 12), utc(2026, 3, 30, 12)) == [utc(2026, 3, 30, 0, 30)]
     assert ticks(nightly, utc(2026, 10, 24, 12), utc(2026, 10, 25, 12)) == [

@@ -16,9 +16,11 @@ from typer.testing import CliRunner
 
 from pgenough import settings as settings_module
 from pgenough.cli import app
+from pgenough.core.tasks import EAGER_VARIABLE
 from pgenough.settings import Settings
 from pgenough_plans import settings as plan_settings_module
 from pgenough_plans.cli import app as plan_app
+from pgenough_plans.progress import FORCE_ENV
 from pgenough_plans.settings import PlanSettings
 
 _runner = CliRunner()
@@ -45,8 +47,9 @@ def _walk(command: Any) -> Iterator[Any]:
 
 def env_variables(*, plans: bool = True) -> set[str]:
     """Every environment variable pgenough reads (and, with ``plans``, the plan service): the
-    settings' fields with their prefix, their aliases, the variables CLI options read, and
-    the variables that name config files."""
+    settings' fields with their prefix, their aliases, the variables CLI options read, the
+    variables that name config files, ``App``'s eager switch (and the plan service's forced
+    progress bars)."""
     classes: list[type[Settings]] = [PlanSettings] if plans else [Settings]
     programs = ["pgenough", "pgenough-plans"] if plans else ["pgenough"]
     names: set[str] = set()
@@ -68,8 +71,11 @@ def env_variables(*, plans: bool = True) -> set[str]:
                     names.update(envvar)
     if '"PGENOUGH_CONFIG"' in inspect.getsource(settings_module):
         names.add(Settings.CONFIG_ENV)
+    names.add(EAGER_VARIABLE)
     if plans and "CONFIG_ENV" in inspect.getsource(plan_settings_module):
         names.add(PlanSettings.CONFIG_ENV)
+    if plans:
+        names.add(FORCE_ENV)
     return names
 
 
@@ -87,8 +93,8 @@ def command_problem(argv: list[str], program: str = "pgenough") -> str | None:
     ``--option`` given must be one of that command's options.
     """
     if not argv or argv[0].startswith("-"):
-        # Options of the root command only (``pgenough --version``).
-        options = {opt for p in root_command(program).params for opt in p.opts}
+        # Options of the root command only (``pgenough --version``, ``--help``).
+        options = {opt for p in root_command(program).params for opt in p.opts} | {"--help"}
         bad = [a for a in argv if a.startswith("--") and a.split("=")[0] not in options]
         return f"unknown option(s) {bad} of {program}" if bad else None
     command = root_command(program)

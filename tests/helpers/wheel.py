@@ -1,6 +1,6 @@
 """The release as a user gets it: ``python -m build`` of this checkout's two distributions
 (for each, the sdist, then the wheel built from that sdist): the library, pgenough, installed
-with no extras into a fresh virtual environment (what ``pip install pgenough`` gives), and
+with no extras into a fresh virtual environment (what ``pip install .`` gives), and
 the plan service, pgenough-plans, installed with the library's wheel into another.
 
 Building and installing take most of the packaging tests' time, so both are done once per

@@ -117,8 +117,8 @@ class PlanSettings(Settings):
         description="Streaming replicas (hot standbys) of the database that /search and the"
         " dashboard's pages read: one URL or conninfo string, or a JSON list of them (a TOML"
         " list in the file); writes, LISTEN, readiness and the dashboard's actions stay on the"
-        " primary. Unset: everything reads the primary (docs/operations.md, reads from a"
-        " replica).",
+        " primary. Unset: everything reads the primary (docs/plan-service/operations.md, reads"
+        " from a replica).",
     )
     api_max_replica_lag: float = Field(
         default=api_defaults.DEFAULT_MAX_REPLICA_LAG,

@@ -7,7 +7,8 @@ non-zero exit: 1 for a runtime error, 2 for bad usage or configuration.
 
 The other public names are that toolkit: an application built on pgenough (the plan
 service's ``pgenough-plans``) makes its own typer app with them, so that its settings, errors,
-exit codes, logging and ``--json`` behave as pgenough's (docs: "Your own commands").
+exit codes, logging and ``--json`` behave as pgenough's (docs/operations/cli.md, "Your own
+commands").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """pgenough's messaging core: a work queue, pub/sub, advisory locks and periodic tasks on
-PostgreSQL. It knows nothing about plans; ``docs/messaging.md`` is its manual."""
+PostgreSQL. It knows nothing about plans; ``docs/guides/`` and ``docs/reference.md`` are its
+manual."""
 
 from pgenough.core._sql import PLAN_EACH_TIME, named_queries
 from pgenough.core.db import database_url, open_pool, start_embedded, with_network_timeout

@@ -117,7 +117,7 @@ class WorkerConfig:
     unhandled_grace: float = DEFAULT_UNHANDLED_GRACE
     """Seconds after its enqueue that a job whose kind no handler of this worker knows is
     still handed back for another worker (its attempt not counted); past them it is
-    dead-lettered (docs/messaging.md, "Jobs no task handles")."""
+    dead-lettered (docs/guides/tasks.md, "Jobs no task handles")."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.batch_size < 1:

@@ -131,7 +131,7 @@ def requeue_stuck(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[Resc
 
 
 rescue_expired = requeue_stuck
-"""Deprecated: ``requeue_stuck``'s old name (docs/messaging.md, "Renamed names")."""
+"""Deprecated: ``requeue_stuck``'s old name (docs/guides/failures.md, "Renamed names")."""
 
 
 @dual

@@ -364,7 +364,7 @@ def discard_job(job_id: int) -> Steps[None]:
 
 
 cancel_job = discard_job
-"""Deprecated: ``discard_job``'s old name (docs/messaging.md, "Renamed names")."""
+"""Deprecated: ``discard_job``'s old name (docs/guides/failures.md, "Renamed names")."""
 
 
 @dual

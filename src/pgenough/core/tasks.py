@@ -129,7 +129,7 @@ class TaskContext:
     transaction. It has no other method of a pool."""
 
     job: Job
-    """The job being run (``Job``'s fields: docs/messaging.md, "Reference")."""
+    """The job being run (``Job``'s fields: docs/reference.md)."""
     pool: AsyncConnectionPool
     """Where the task gets a connection: the worker's pool (test mode: see above)."""
     test_mode: bool = False
@@ -551,7 +551,7 @@ class App:
     ``migrations`` are applied, after the core's, when a worker starts. ``eager`` (None:
     ``PGENOUGH_EAGER`` read now, ``1``/``true``/``yes``/``on``) makes every enqueue of its
     tasks also run the job at once, in the caller's thread and transaction, as
-    ``pgenough.core.testing.run_jobs`` would (docs/messaging.md, "Testing").
+    ``pgenough.core.testing.run_jobs`` would (docs/guides/testing.md).
     """
 
     def __init__(

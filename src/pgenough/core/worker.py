@@ -70,7 +70,7 @@ class Worker(Service):
     transaction pooler (PgBouncer ``pool_mode = transaction``) the pool goes through the
     pooler and ``listen_url`` must be a direct (session) connection to the server: a LISTEN
     through the pooler lands on whichever server connection that transaction got, and its
-    notifications on a session nobody reads (docs/operations.md, "Behind PgBouncer").
+    notifications on a session nobody reads (docs/operations/index.md, "Behind PgBouncer").
 
     A ``Service`` itself (``start()``, ``stop()``, ``wait_stopped()``) for a host that runs it
     beside others; its own services start in order (listener, periodic duties, queue stats)

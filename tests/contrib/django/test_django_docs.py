@@ -1,4 +1,4 @@
-"""docs/django.md documents the code's settings and options; its steps are run as written in
+"""docs/guides/django.md documents the code's settings and options; its steps are run as written in
 a new project by test_django_walkthrough.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pgenough.contrib.django.conf import KEYS, PgenoughSettings
 from tests.contrib.django.conftest import MANAGE, PROJECT, project_env
 from tests.helpers.procs import ROOT
 
-DOC = (ROOT / "docs" / "django.md").read_text("utf-8")
+DOC = (ROOT / "docs" / "guides" / "django.md").read_text("utf-8")
 
 
 def test_the_settings_table_is_the_codes() -> None:

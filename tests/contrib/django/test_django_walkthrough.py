@@ -1,7 +1,7 @@
-"""docs/django.md, then docs/django-tasks.md, followed as a newcomer follows them: in an empty
-folder, with the venv's ``django-admin`` (Django 5.2, and Django 6 on Python 3.12), each step
-the pages mark, in their order, run as written. A step is an HTML comment just above a code
-block (invisible on the rendered page):
+"""docs/guides/django.md, then docs/guides/django-tasks.md, followed as a newcomer follows
+them: in an empty folder, with the venv's ``django-admin`` (Django 5.2, and Django 6 on
+Python 3.12), each step the pages mark, in their order, run as written. A step is an HTML
+comment just above a code block (invisible on the rendered page):
 
 - ``<!-- step: run -->``: a ``sh`` block, each line a command (``python`` and
   ``django-admin`` are the venv's; ``NAME=value`` words before one set its environment);
@@ -59,7 +59,7 @@ class Step:
 
 
 def steps(doc: str) -> list[Step]:
-    text = (ROOT / "docs" / doc).read_text("utf-8")
+    text = (ROOT / "docs" / "guides" / doc).read_text("utf-8")
     found = [Step(doc, m["kind"], m["path"], m["body"]) for m in STEP.finditer(text)]
     assert len(found) == text.count("<!-- step:"), f"{doc}: a step comment not above a block"
     for step in found:
@@ -190,7 +190,7 @@ def test_the_pages_have_their_steps() -> None:
 def test_a_newcomer_follows_the_django_pages(site: Site) -> None:
     said = [site.follow(step) for step in DJANGO_MD]
 
-    # docs/django.md: the order the shell committed, shipped with one receipt by the worker;
+    # docs/guides/django.md: the order the shell committed, shipped with one receipt by the worker;
     # the shop's tests passed (each `run` step exits 0), their database was Django's own.
     assert any("committed with its two jobs" in s for s in said), said
     assert site.sql("SELECT shipped, receipts FROM shop_order") == [(True, 1)]
@@ -199,7 +199,7 @@ def test_a_newcomer_follows_the_django_pages(site: Site) -> None:
 
     said = [site.follow(step) for step in DJANGO_TASKS_MD]
 
-    # docs/django-tasks.md: the Django tasks enqueued in the shell ran on the worker.
+    # docs/guides/django-tasks.md: the Django tasks enqueued in the shell ran on the worker.
     assert site.sql("SELECT task_path, status FROM pgenough.django_task_results ORDER BY id") == [
         ("reports.tasks.write_report", "SUCCESSFUL"),
         ("reports.tasks.urgent", "SUCCESSFUL"),

@@ -197,7 +197,7 @@ except ValueError as exc:
 def test_pgenough_eager_runs_each_django_task_at_its_enqueue(
     django_python: Path, django_env: dict[str, str]
 ) -> None:
-    """``PGENOUGH_EAGER=1``, as docs/django.md suggests for tests: ``enqueue()`` runs the
+    """``PGENOUGH_EAGER=1``, as docs/guides/django.md suggests for tests: ``enqueue()`` runs the
     task and returns its finished result; a failing task raises there, its result FAILED."""
     done = manage(django_python, {**django_env, "PGENOUGH_EAGER": "1"}, "shell", "-c", EAGER)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""docs/django-tasks.md shows tested code: its steps (a ``<!-- step -->`` comment above a
+"""docs/guides/django-tasks.md shows tested code: its steps (a ``<!-- step -->`` comment above a
 block) are run as written by test_django_walkthrough.py; each other Python block is found, as
 written (but for a first comment line saying where it goes), in a file of
 tests/contrib/django/project/, which the suite runs on Django 5.2 and 6, so the manual
@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.procs import ROOT
 
 PROJECT = Path(__file__).parent / "project"
-DOC = ROOT / "docs" / "django-tasks.md"
+DOC = ROOT / "docs" / "guides" / "django-tasks.md"
 BLOCKS = re.findall(
     r"^(<!-- step: [^>]*-->\n)?```python\n(.*?)```", DOC.read_text("utf-8"), flags=re.M | re.S
 )

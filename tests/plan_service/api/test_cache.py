@@ -203,11 +203,11 @@ async def test_cache_metrics_count_hits_and_misses(
 async def test_the_cache_is_bypassed_while_the_api_is_cut_off_from_postgresql(
     db: AsyncConnectionPool, database_url: str
 ) -> None:
-    """README: the cache "is bypassed while its listener is down". Cut by a real TCP proxy
-    (the listener's reconnects fail all the while), a cached first page must not be served:
-    not during the cut (the search fails, 503) and not once the pool is back and the listener
-    not yet (it backs off), when the plans changed underneath without a message it could
-    have heard."""
+    """docs/plan-service/api.md: the cache "is bypassed from the moment its listener finds its
+    connection lost until it listens again". Cut by a real TCP proxy (the listener's
+    reconnects fail all the while), a cached first page must not be served: not during the
+    cut (the search fails, 503) and not once the pool is back and the listener not yet (it
+    backs off), when the plans changed underneath without a message it could have heard."""
     await add_plans(db, Plan("p1", "2030-01-01 00:00:00+00", "2030-01-02 00:00:00+00"))
     proxy = Proxy(database_url)
     async with proxy.running():

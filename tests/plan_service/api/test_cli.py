@@ -119,7 +119,7 @@ def target_of(length: int) -> str:
 def test_a_request_target_past_64_kib_is_uvicorns_bare_400(
     db: object, worker_env: dict[str, str]
 ) -> None:
-    """As README says (the API section): up to 65,535 bytes of path and query string are
+    """As docs/plan-service/api.md says: up to 65,535 bytes of path and query string are
     served; a longer one never reaches the app: uvicorn (httptools) answers a bare 400 and
     closes the connection."""
     with api_process(worker_env) as base:

@@ -1,4 +1,4 @@
-"""Every API setting is documented in the README's configuration table, and every setting's
+"""Every API setting is documented in the plan service's settings table, and every setting's
 default is the default of what it configures (one source of defaults)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pgenough_plans.settings import PlanSettings
 from tests.helpers.procs import ROOT
 
 
-def test_every_api_setting_is_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text("utf-8")
+def test_every_api_setting_is_in_the_settings_table() -> None:
+    readme = (ROOT / "docs" / "plan-service" / "settings.md").read_text("utf-8")
     names = [name for name in PlanSettings.model_fields if name.startswith("api_")]
     assert len(names) >= 10
     for name in names:
@@ -40,7 +40,7 @@ def test_the_default_settings_build_each_components_default_config() -> None:
 
 
 def test_a_direct_url_beside_database_url_says_it_is_a_transaction_pooler() -> None:
-    """The one rule for a pooler (docs/operations.md, "Behind PgBouncer"): session-bound
+    """The one rule for a pooler (docs/operations/index.md, "Behind PgBouncer"): session-bound
     work goes to the direct URL, and pools stop preparing unless told to."""
     pooler, direct = "host=pgbouncer port=6432", "host=db port=5432"
     plain = PlanSettings.model_construct(database_url=direct)

@@ -1,6 +1,6 @@
-"""The README's dashboard pictures, from real ingestions: ``make screenshots`` (or
-``python -m tests.plan_service.ui.screenshots [--out DIR]``) writes ``dashboard-overview.png`` and
-``dashboard-run.png`` at 1280x800.
+"""The dashboard pictures of docs/plan-service/dashboard.md, from real ingestions: ``make
+screenshots`` (or ``python -m tests.plan_service.ui.screenshots [--out DIR]``) writes
+``dashboard-overview.png`` and ``dashboard-run.png`` at 1280x800.
 
 It runs the real pipeline on a fresh database (on ``DATABASE_URL``'s server, else the
 embedded one under ``.pgenough-test/``): a provider ingested twice, one whose fetch fails,

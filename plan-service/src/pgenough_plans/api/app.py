@@ -193,7 +193,7 @@ async def database_cursor_key(conn: psycopg.AsyncConnection[Any]) -> bytes:
     if row is None:
         raise DatabaseError(
             "plans.api_secrets has no 'cursor' secret: set PGENOUGH_API_CURSOR_SECRET, or"
-            " put one back (docs/operations.md, rotating the cursor secret)"
+            " put one back (docs/plan-service/operations.md, the cursor secret)"
         )
     return cursor.key_of(bytes(row[0]))
 

@@ -104,7 +104,7 @@ async def vacuum_plans(
     ``plans_search_idx`` then reads the heap for every plan on them, the skipped ones of an
     offset too. A snapshot that changes a tenth of the plans touches nearly every page, so
     after one run nearly every search reads the heap, and on a hot standby, which cannot mark
-    index entries dead, it also walks every dead entry (docs/scaling.md, "Why a replica
+    index entries dead, it also walks every dead entry (docs/plan-service/scaling.md, "Why a replica
     slows during processing"). Autovacuum waits for a fifth of the table
     (``autovacuum_vacuum_scale_factor``) and looks once a minute; the process workers' duty
     (``pgenough.plans.vacuum``) looks every ``VACUUM_INTERVAL`` seconds.

@@ -13,7 +13,7 @@ the project's shared app, in the caller's transaction on Django's connection for
 ``OPTIONS["DATABASE"]`` (inside ``transaction.atomic()`` the job exists iff the block
 commits), plus its result row (``results``), which outlives the job. ``manage.py pgenough
 worker`` serves it: it imports this module, which registers ``KIND``, and by default serves
-``configured_queues()``. docs/django-tasks.md is the manual.
+``configured_queues()``. docs/guides/django-tasks.md is the manual.
 
 With the shared app eager (``PGENOUGH_EAGER=1``, tests) ``enqueue`` runs the task at once,
 as ``pgenough.core.testing.run_jobs`` would, once its result row is written: it returns the

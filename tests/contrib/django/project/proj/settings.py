@@ -1,5 +1,5 @@
-"""A small Django project using pgenough, the shop of docs/django.md grown with what the
-suite tests (docs/django.md's own steps run in a new project: test_django_walkthrough.py).
+"""A small Django project using pgenough, the shop of docs/guides/django.md grown with what the
+suite tests (docs/guides/django.md's own steps run in a new project: test_django_walkthrough.py).
 
 The database comes from PROJECT_DATABASE_URL (else DATABASE_URL), parsed into DATABASES: the
 worker's queue is that alias, whatever DATABASE_URL says (the tests point DATABASE_URL
@@ -73,7 +73,7 @@ PGENOUGH = {
 }
 
 # django.tasks (Django 6; the django-tasks backport on 5.2): jobs of the pgenough queue, run by
-# `manage.py pgenough worker`, their results in the same database (docs/django-tasks.md).
+# `manage.py pgenough worker`, their results in the same database (docs/guides/django-tasks.md).
 TASKS = {
     "default": {
         "BACKEND": "pgenough.contrib.django.backend.PgenoughBackend",
@@ -82,7 +82,7 @@ TASKS = {
     }
 }
 
-# The worker's line per job (docs/django-tasks.md, "The worker's log"): failures show without
+# The worker's line per job (docs/guides/django-tasks.md, "The worker's log"): failures show without
 # this; the INFO line of each job done shows with it.
 LOGGING = {
     "version": 1,
