@@ -1,6 +1,6 @@
 """pgenough's commands: ``migrate``, ``worker run``, ``status``, and inspecting and repairing
 jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``). They need
-only the core (``pip install pgenough``)."""
+only the core (the library with no extra)."""
 
 from __future__ import annotations
 

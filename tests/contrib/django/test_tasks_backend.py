@@ -102,7 +102,7 @@ def test_the_module_imports_without_a_tasks_framework() -> None:
     queues, error = done.stdout.strip().splitlines()
     assert queues == "['default']"
     assert error.startswith("TASKS['default']: pgenough's django.tasks backend needs")
-    assert "pgenough[django]" in error
+    assert "pip install django-tasks" in error
 
 
 ENQUEUE = """

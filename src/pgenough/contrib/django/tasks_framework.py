@@ -13,7 +13,8 @@ from typing import Any
 
 INSTALL_HINT = (
     "pgenough's django.tasks backend needs Django's Tasks framework: Django >= 6.0, or on"
-    " Django 5.2 the backport (pip install 'pgenough[django]', which brings django-tasks)"
+    " Django 5.2 the backport django-tasks (pip install django-tasks; pgenough's django"
+    " extra brings it)"
 )
 
 
