@@ -140,6 +140,24 @@ async def test_jobs_and_job_show_every_state_as_the_database_has_it(
         assert re.search(rf"worker +{s.worker}", held.stdout) and "lease until" in held.stdout
 
 
+async def test_jobs_filter_by_task_and_payload_text(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    async with db.connection() as conn:
+        ann = await enqueue(conn, "send_mail", {"to": "Ann@example.com"}, queue="mail")
+        bob = await enqueue(conn, "send_mail", {"to": "bob@example.com"}, queue="mail")
+        report = await enqueue(conn, "report", {"for": "ann"}, queue="reports")
+    mails = await cli_json(database_url, "jobs", "--task", "send_mail")
+    assert [j["id"] for j in mails] == [bob, ann]
+    anns = await cli_json(database_url, "jobs", "--text", "ANN")
+    assert [j["id"] for j in anns] == [report, ann]
+    both = await cli_json(database_url, "jobs", "--task", "send_mail", "--text", "ann")
+    assert [j["id"] for j in both] == [ann]
+    table = await cli(database_url, "jobs", "--task", "report")
+    assert table.exit_code == 0, table.stderr
+    assert str(report) in table.stdout and str(ann) not in table.stdout
+
+
 async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, database_url: str) -> None:
     gone = await cli(database_url, "job", "999999999")
     assert gone.exit_code == 1

@@ -223,6 +223,15 @@ def jobs_cmd(
         typer.Option(help=f"Only jobs in this state ({', '.join(JOB_STATES)})."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    task: Annotated[
+        str | None, typer.Option(help="Only jobs of this task (the job's kind).")
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            help="Only jobs whose payload, as JSON text, contains this (case-insensitive).",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs.")] = 50,
     before: Annotated[
         int | None,
@@ -239,7 +248,9 @@ def jobs_cmd(
             fail(f"--{exc}", code=2)
     jobs = inspect(
         "jobs",
-        lambda conn: list_jobs(conn, state=wanted, queue=queue, limit=limit, before=before),
+        lambda conn: list_jobs(
+            conn, state=wanted, queue=queue, kind=task, text=text, limit=limit, before=before
+        ),
     )
     more = len(jobs) == limit
     show(jobs, as_json, lambda: render.jobs_list(jobs, now(), more=more))
