@@ -24,8 +24,8 @@ from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.jsonable import as_json
 from pgenough_plans.cli import app as plan_app
+from tests.dashboard import scenes
 from tests.helpers.procs import ROOT
-from tests.plan_service.ui import scenes
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
 ANSI = "\x1b["
@@ -227,7 +227,8 @@ def test_a_core_only_database_is_all_pgenough_needs(
     server_url: str, worker_env: dict[str, str]
 ) -> None:
     """Right after ``pgenough migrate`` on a new database, every inspecting command works,
-    and nothing of the plan service is there: no schema, no table, no migration track."""
+    and nothing of the plan service is there: no schema, no table, no migration track (the
+    dashboard's track is pgenough's own: one table in its schema)."""
     name = f"pgenough_test_core_only_{os.getpid()}"
     create_database(server_url, name)
     url = with_database(server_url, name)
@@ -248,8 +249,14 @@ def test_a_core_only_database_is_all_pgenough_needs(
                     "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"
                 )
             }
-        assert "plans" not in schemas and tracks == {"core"}
-        assert tables == {"jobs", "messages", "periodic", "schema_migrations"}
+        assert "plans" not in schemas and tracks == {"core", "ui"}
+        assert tables == {
+            "jobs",
+            "messages",
+            "periodic",
+            "schema_migrations",
+            "ui_revoked_sessions",
+        }
         status = pgenough("status", env=env)
         assert status.returncode == 0, status.stderr
         assert re.search(r"mail +1 +0 +0 +0", status.stdout), status.stdout

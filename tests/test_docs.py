@@ -1,5 +1,6 @@
-"""Every Python example in docs/messaging.md runs as written; docs/operations.md and
-docs/architecture.md name only real commands, options and settings, and their SQL runs."""
+"""Every Python example in docs/messaging.md runs as written; docs/operations.md,
+docs/architecture.md, docs/scaling.md and docs/dashboard.md name only real commands, options
+and settings, and operations.md's SQL runs."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ OPERATOR_DOCS = [
     ROOT / "docs" / "operations.md",
     ROOT / "docs" / "architecture.md",
     ROOT / "docs" / "scaling.md",
+    ROOT / "docs" / "dashboard.md",
 ]
 
 

@@ -42,6 +42,7 @@ from pgenough.core import (
 )
 from pgenough.core.statements import AsyncConn
 from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
+from pgenough.dashboard.schema import MIGRATIONS as DASHBOARD_MIGRATIONS
 from pgenough.settings import Settings
 
 STATUS_WINDOW = 3600.0
@@ -49,7 +50,8 @@ STATUS_WINDOW = 3600.0
 
 
 def migrate_cmd() -> None:
-    """Create or upgrade pgenough's schema (safe when replicas run it at the same time)."""
+    """Create or upgrade pgenough's schema, the dashboard's table included (safe when
+    replicas run it at the same time)."""
     settings = load_settings(Settings)
     setup_logging(settings)
 
@@ -57,7 +59,8 @@ def migrate_cmd() -> None:
         pool = await open_pool(settings.resolve_database_url(), max_size=1, name="pgenough-migrate")
         try:
             async with pool.connection() as conn:
-                applied = await migrate(conn)
+                # The dashboard's track too: its SQL ships with the library, extra or not.
+                applied = await migrate(conn, [DASHBOARD_MIGRATIONS])
                 return (
                     await schema_version(conn),
                     [f"{m.track}/{m.version:04d}_{m.name}" for m in applied],
