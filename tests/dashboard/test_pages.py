@@ -64,6 +64,9 @@ async def test_unknown_pages_are_404_pages_and_json_endpoints_say_it_in_json(ui:
     assert response.json()["error"]["code"] == "NOT_FOUND"
     # A method a page does not take: the same 404 page, never a bare JSON detail.
     assert "no page /jobs" in html(await client.post("/ui/jobs"), 404)
+    # A method no page takes: the dashboard's page too, not the framework's JSON.
+    put = html(await client.put("/ui/jobs"), 405)
+    assert "Method Not Allowed" in put and 'href="/ui/static/ui.css"' in put
 
 
 async def test_static_files_are_served(ui: Pair) -> None:
