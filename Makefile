@@ -97,7 +97,8 @@ bench-replica: $(TEST_STAMP)  ## Needs wrk and the PostgreSQL 15 binaries (initd
 bench-failover: $(TEST_STAMP)  ## Needs the PostgreSQL 15 binaries (initdb, pg_basebackup, pg_waldump).
 	$(BIN)/python -m bench.failover
 
-screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real ingestions; needs /usr/bin/chromium.
+screenshots: $(TEST_STAMP)  ## docs/img/dashboard-*.png from real jobs and ingestions; needs /usr/bin/chromium.
+	$(BIN)/python -m tests.dashboard.screenshots
 	$(BIN)/python -m tests.plan_service.ui.screenshots
 
 clean:

@@ -24,8 +24,8 @@ from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.jsonable import as_json
 from pgenough_plans.cli import app as plan_app
+from tests.dashboard import scenes
 from tests.helpers.procs import ROOT
-from tests.plan_service.ui import scenes
 
 PGENOUGH = os.path.join(os.path.dirname(sys.executable), "pgenough")
 ANSI = "\x1b["
@@ -140,6 +140,24 @@ async def test_jobs_and_job_show_every_state_as_the_database_has_it(
         assert re.search(rf"worker +{s.worker}", held.stdout) and "lease until" in held.stdout
 
 
+async def test_jobs_filter_by_task_and_payload_text(
+    db: AsyncConnectionPool, database_url: str
+) -> None:
+    async with db.connection() as conn:
+        ann = await enqueue(conn, "send_mail", {"to": "Ann@example.com"}, queue="mail")
+        bob = await enqueue(conn, "send_mail", {"to": "bob@example.com"}, queue="mail")
+        report = await enqueue(conn, "report", {"for": "ann"}, queue="reports")
+    mails = await cli_json(database_url, "jobs", "--task", "send_mail")
+    assert [j["id"] for j in mails] == [bob, ann]
+    anns = await cli_json(database_url, "jobs", "--text", "ANN")
+    assert [j["id"] for j in anns] == [report, ann]
+    both = await cli_json(database_url, "jobs", "--task", "send_mail", "--text", "ann")
+    assert [j["id"] for j in both] == [ann]
+    table = await cli(database_url, "jobs", "--task", "report")
+    assert table.exit_code == 0, table.stderr
+    assert str(report) in table.stdout and str(ann) not in table.stdout
+
+
 async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, database_url: str) -> None:
     gone = await cli(database_url, "job", "999999999")
     assert gone.exit_code == 1
@@ -209,7 +227,8 @@ def test_a_core_only_database_is_all_pgenough_needs(
     server_url: str, worker_env: dict[str, str]
 ) -> None:
     """Right after ``pgenough migrate`` on a new database, every inspecting command works,
-    and nothing of the plan service is there: no schema, no table, no migration track."""
+    and nothing of the plan service is there: no schema, no table, no migration track (the
+    dashboard's track is pgenough's own: one table in its schema)."""
     name = f"pgenough_test_core_only_{os.getpid()}"
     create_database(server_url, name)
     url = with_database(server_url, name)
@@ -230,7 +249,7 @@ def test_a_core_only_database_is_all_pgenough_needs(
                     "SELECT tablename FROM pg_tables WHERE schemaname = 'pgenough'"
                 )
             }
-        assert "plans" not in schemas and tracks == {"core"}
+        assert "plans" not in schemas and tracks == {"core", "ui"}
         assert tables == {
             "jobs",
             "messages",
@@ -239,6 +258,7 @@ def test_a_core_only_database_is_all_pgenough_needs(
             "workers",
             "job_counts",
             "queue_samples",
+            "ui_revoked_sessions",
         }
         status = pgenough("status", env=env)
         assert status.returncode == 0, status.stderr

@@ -274,15 +274,35 @@ def test_the_core_has_no_plan_service_command(core_venv: CoreVenv, name: str) ->
 
 
 def test_migrate_creates_the_core_tables_only(core_venv: CoreVenv, core_db: str) -> None:
+    """The queue's, and the dashboard's one table (its SQL ships in the wheel, the extra or
+    not): a database migrated by any installation is ready for the dashboard."""
     check(core_venv.pgenough("migrate", env=dict(core_venv.env, DATABASE_URL=core_db)))
     with psycopg.connect(core_db) as conn:
         found = conn.execute(
             "SELECT to_regclass('pgenough.jobs') IS NOT NULL,"
+            " to_regclass('pgenough.ui_revoked_sessions') IS NOT NULL,"
             " to_regclass('plans.runs') IS NOT NULL,"
             " to_regclass('plans.plans') IS NOT NULL,"
-            " (SELECT array_agg(DISTINCT track) FROM pgenough.schema_migrations)"
+            " (SELECT array_agg(DISTINCT track ORDER BY track) FROM pgenough.schema_migrations)"
         ).fetchone()
-    assert found == (True, False, False, ["core"])
+    assert found == (True, True, False, False, ["core", "ui"])
+
+
+def test_the_dashboard_says_in_one_line_to_install_its_extra(core_venv: CoreVenv) -> None:
+    """``pgenough dashboard`` without the ``dashboard`` extra: what to install, exit 1;
+    the settings (its ``ui_*`` fields) and the package itself load without it."""
+    result = core_venv.pgenough("dashboard", "--port", "0")
+    assert result.returncode == 1
+    line = _one_error_line(result)
+    assert line.startswith("error: pgenough dashboard needs "), line
+    assert line.endswith("pip install 'pgenough[dashboard]'"), line
+    probe = (
+        "import pgenough.dashboard, pgenough.settings;"
+        " print(pgenough.settings.Settings().ui_tick, pgenough.dashboard.__all__[0])"
+    )
+    result = core_venv.python("-c", probe)
+    check(result)
+    assert result.stdout.split() == ["5.0", "Dashboard"]
 
 
 def test_migrate_without_database_url_says_what_to_set(core_venv: CoreVenv) -> None:
@@ -356,7 +376,8 @@ def test_the_plan_service_is_built_from_its_sdist_with_its_data(release: Release
     assert {n for n in names if re.search(r"/migrations/\d{4}_\w+\.sql$", n)}
     assert not [n for n in names if not n.startswith(("pgenough_plans/", "pgenough_plans-"))]
     requires = email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []
-    assert "pgenough[embedded]" in requires, requires
+    library = [r for r in requires if r.startswith("pgenough[")]
+    assert library == ["pgenough[dashboard,embedded]"], requires
     with zipfile.ZipFile(release.wheel) as wheel:  # and the library holds none of it
         assert not [n for n in wheel.namelist() if "plans" in n.split("/")[0]]
 

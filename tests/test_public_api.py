@@ -16,6 +16,7 @@ PUBLIC_MODULES = [
     "pgenough",
     "pgenough.cli",
     "pgenough.core",
+    "pgenough.dashboard",
     "pgenough.graceful",
     "pgenough.httpserver",
     "pgenough.render",

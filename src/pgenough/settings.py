@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import ClassVar, Final, Literal
+from typing import TYPE_CHECKING, ClassVar, Final, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,7 +43,11 @@ from pgenough.core.db import (
 )
 from pgenough.core.worker_options import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from pgenough.core.worker_options import MAX_CONCURRENCY as MAX_CONCURRENCY
+from pgenough.dashboard import defaults as dashboard_defaults
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
+
+if TYPE_CHECKING:
+    from pgenough.dashboard import DashboardConfig
 
 __all__ = [  # noqa: RUF022 (plainly sorted: tests/test_public_api.py)
     "ConfigFileError",
@@ -106,7 +110,8 @@ def _toml_source(settings_cls: type[Settings]) -> PydanticBaseSettingsSource:
 
 
 class Settings(BaseSettings):
-    """pgenough's settings: the database, logging, the worker, maintenance and metrics."""
+    """pgenough's settings: the database, logging, the worker, maintenance, metrics and the
+    dashboard."""
 
     # An infinite number of seconds passes the bounds below (inf > 0) but means nothing.
     model_config = SettingsConfigDict(env_prefix="PGENOUGH_", extra="forbid", allow_inf_nan=False)
@@ -221,6 +226,61 @@ class Settings(BaseSettings):
         " for the dashboard and `pgenough status`) is kept.",
     )
 
+    dashboard_host: str = Field(
+        default=dashboard_defaults.DEFAULT_HOST,
+        description="Address `pgenough dashboard` binds.",
+    )
+    dashboard_port: int = Field(
+        default=dashboard_defaults.DEFAULT_PORT,
+        ge=0,
+        le=65535,
+        description="Port `pgenough dashboard` binds.",
+    )
+    ui_database_url: str | None = Field(
+        default=None,
+        description="PostgreSQL for the dashboard, as a role that may read pgenough.jobs (and"
+        " update it, for actions) and the tables an application's pages show; unset ="
+        " DATABASE_URL (direct_database_url behind a pooler).",
+    )
+    ui_actions: bool = Field(
+        default=False,
+        description="Let the dashboard retry and discard jobs (POST); off = read-only, 403.",
+    )
+    ui_token: SecretStr | None = Field(
+        default=None,
+        description="When set, every dashboard page and action needs it: Authorization:"
+        " Bearer, or the login form at <dashboard>/login (an HttpOnly cookie).",
+    )
+    ui_tick: float = Field(
+        default=dashboard_defaults.DEFAULT_UI_TICK,
+        gt=0,
+        description="Seconds between the live overview's periodic refreshes (besides the"
+        " refresh on every change it is told of).",
+    )
+    ui_statement_timeout: float = Field(
+        default=dashboard_defaults.DEFAULT_UI_STATEMENT_TIMEOUT,
+        gt=0,
+        description="Seconds a dashboard query may run (statement_timeout).",
+    )
+    ui_session_max_age: float = Field(
+        default=dashboard_defaults.DEFAULT_UI_SESSION_MAX_AGE,
+        gt=0,
+        description="Seconds a login at the dashboard lasts, unless a logout ends it first"
+        " (for every replica sharing the token).",
+    )
+    ui_login_max_backoff: float = Field(
+        default=dashboard_defaults.DEFAULT_UI_LOGIN_MAX_BACKOFF,
+        ge=1,
+        description="Longest wait, in seconds, that wrong tokens from one client address earn"
+        " it: after 3 in a row each doubles the wait from 1 s up to this; meanwhile 429.",
+    )
+    ui_allowed_hosts: str = Field(
+        default="",
+        description="Host names the dashboard answers to, comma-separated (ports ignored; * for"
+        " any), besides loopback names and the address its server binds unless that is a"
+        " wildcard such as 0.0.0.0; other Host headers get 421 (against DNS rebinding).",
+    )
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -289,3 +349,24 @@ class Settings(BaseSettings):
         }
         values.update(overrides)
         return WorkerConfig(**values)  # type: ignore[arg-type]
+
+    def ui_config(self, bind: str | None = None) -> DashboardConfig:
+        """The dashboard's config (``pgenough[dashboard]``); ``bind``: the address its server
+        binds, which it answers to (default: ``dashboard_host``). ``DashboardConfigError``
+        when the settings are impossible."""
+        from pgenough.dashboard.config import DashboardConfig  # FastAPI: slow to import
+        from pgenough.dashboard.hosts import AllowedHosts
+
+        token = self.ui_token
+        return DashboardConfig(
+            database_url=self.ui_database_url,
+            actions=self.ui_actions,
+            token=None if token is None else token.get_secret_value(),
+            tick=self.ui_tick,
+            statement_timeout=self.ui_statement_timeout,
+            session_max_age=self.ui_session_max_age,
+            login_max_backoff=self.ui_login_max_backoff,
+            allowed_hosts=AllowedHosts.parse(
+                self.ui_allowed_hosts, bind=self.dashboard_host if bind is None else bind
+            ),
+        )

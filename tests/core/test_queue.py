@@ -12,20 +12,26 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import (
     EnqueueOptions,
     Job,
+    JobFailures,
     JobNotFound,
     LeaseLost,
     NewJob,
     Worker,
     WorkerConfig,
     complete,
+    discard_dead,
     discard_job,
+    discard_jobs,
     enqueue,
     enqueue_many,
     get_job,
+    job_failures,
+    job_failures_by_queue,
     list_jobs,
     queue_stats,
     retry_dead,
     retry_job,
+    retry_jobs,
 )
 
 pytestmark = pytest.mark.db
@@ -238,6 +244,121 @@ async def test_list_jobs_filters_by_state_queue_and_failure_and_pages_by_id(
     assert [j.id for j in cancelled] == [ids[0]]
     assert [(j.id, j.state) for j in failing] == [(flaky, "ready"), (doomed, "dead")]
     assert [j.id for j in first + rest] == [j.id for j in everything]
+
+
+async def _states(db: AsyncConnectionPool, *ids: int | None) -> list[str]:
+    async with db.connection() as conn:
+        found = [await get_job(conn, i) for i in ids if i is not None]
+    return [str(j.state) if j is not None else "gone" for j in found]
+
+
+async def test_list_jobs_filters_by_kind_and_payload_text(db: AsyncConnectionPool) -> None:
+    async with db.connection() as conn:
+        mail = await enqueue(conn, "send_mail", {"to": "Ann@Example.com", "n": 1}, queue="a")
+        other = await enqueue(conn, "send_mail", {"to": "bob@example.com", "n": 2}, queue="b")
+        report = await enqueue(conn, "report", {"title": "ann's 100% report_x"}, queue="a")
+        by_kind = await list_jobs(conn, kind="send_mail")
+        # Case-insensitive, anywhere in the payload's JSON text, keys included.
+        ann = await list_jobs(conn, text="ANN")
+        keyed = await list_jobs(conn, text='"n": 2')
+        # LIKE's wildcards are plain characters here.
+        literal = await list_jobs(conn, text="100% report_")
+        wildcard = await list_jobs(conn, text="%")
+        none = await list_jobs(conn, text="nobody")
+        both = await list_jobs(conn, kind="send_mail", text="ann", queue="a")
+        paged = await list_jobs(conn, text="example", limit=1)
+        older = await list_jobs(conn, text="example", before=paged[0].id)
+    assert [j.id for j in by_kind] == [other, mail]
+    assert [j.id for j in ann] == [report, mail]
+    assert [j.id for j in keyed] == [other]
+    assert [j.id for j in literal] == [j.id for j in wildcard] == [report]
+    assert none == []
+    assert [j.id for j in both] == [mail]
+    assert [j.id for j in paged + older] == [other, mail]
+
+
+async def test_retry_jobs_and_discard_jobs_change_many_in_one_statement(
+    db: AsyncConnectionPool,
+) -> None:
+    async with db.connection() as conn:
+        ids = [await enqueue(conn, "t", {"n": n}, queue="ops") for n in range(4)]
+        assert all(i is not None for i in ids)
+        a, b, c, d = (i for i in ids if i is not None)
+        await conn.execute(
+            "UPDATE pgenough.jobs SET state = 'dead', attempts = max_attempts,"
+            " finished_at = now(), last_error = 'boom' WHERE id = ANY(%s)",
+            ([a, b, c],),
+        )
+        await conn.execute(
+            "UPDATE pgenough.jobs SET state = 'running', worker = 'w', attempts = 1,"
+            " claimed_at = now(), lease_until = now() + interval '1 min' WHERE id = %s",
+            (d,),
+        )
+        assert await retry_jobs(conn, [a, b, 424242]) == 2
+        assert await retry_jobs(conn, [d]) == 0  # running: left as it is
+        assert await retry_jobs(conn, []) == 0
+    assert await _states(db, a, b, c, d) == ["ready", "ready", "dead", "running"]
+    async with db.connection() as conn:
+        record = await get_job(conn, a)
+        assert record is not None and record.max_attempts == record.attempts + 1
+        assert await discard_jobs(conn, [a, c, d, 424242]) == 3
+        assert await discard_jobs(conn, [a]) == 0  # already cancelled
+    assert await _states(db, a, b, c, d) == ["cancelled", "ready", "cancelled", "cancelled"]
+
+
+async def test_retry_dead_and_discard_dead_take_the_list_filters(
+    db: AsyncConnectionPool,
+) -> None:
+    async with db.connection() as conn:
+        ids = [
+            await enqueue(conn, kind, payload, queue=queue)
+            for kind, payload, queue in (
+                ("mail", {"to": "ann"}, "a"),
+                ("mail", {"to": "bob"}, "a"),
+                ("report", {"to": "ann"}, "a"),
+                ("mail", {"to": "ann"}, "b"),
+                ("mail", {"to": "ann"}, "a"),  # stays ready
+            )
+        ]
+        ann_a, bob_a, report_a, ann_b, ready = ids
+        await conn.execute(
+            "UPDATE pgenough.jobs SET state = 'dead', finished_at = now(), last_error = 'x'"
+            " WHERE id = ANY(%s)",
+            ([ann_a, bob_a, report_a, ann_b],),
+        )
+        assert await retry_dead(conn, "a", kind="mail", text="ANN") == 1
+        assert await discard_dead(conn, kind="mail", text="ann") == 1  # ann_b; ann_a is ready
+        assert await discard_dead(conn, "a", text="bob") == 1
+        assert await retry_dead(conn) == 1  # what is left dead: report_a
+    assert await _states(db, ann_a, bob_a, report_a, ann_b, ready) == [
+        "ready",
+        "cancelled",
+        "ready",
+        "cancelled",
+        "ready",
+    ]
+
+
+async def test_job_failures_by_queue_add_up_to_job_failures(db: AsyncConnectionPool) -> None:
+    async with db.connection() as conn:
+        dead = await enqueue(conn, "t", None, queue="a")
+        retrying = await enqueue(conn, "t", None, queue="b")
+        await enqueue(conn, "t", None, queue="c")  # no failure
+        failed = "jsonb_build_object('attempt', 1, 'at', now(), 'error', 'boom')"
+        await conn.execute(
+            "UPDATE pgenough.jobs SET state = 'dead', finished_at = now(), last_error = 'boom',"
+            f" errors = jsonb_build_array({failed}, {failed}) WHERE id = %s",
+            (dead,),
+        )
+        await conn.execute(
+            f"UPDATE pgenough.jobs SET last_error = 'boom', errors = jsonb_build_array({failed})"
+            " WHERE id = %s",
+            (retrying,),
+        )
+        per_queue = await job_failures_by_queue(conn, 3600)
+        total = await job_failures(conn, 3600)
+    assert per_queue == {"a": JobFailures(1, 2), "b": JobFailures(0, 1)}
+    assert total == JobFailures(1, 3)
 
 
 def test_new_job_carries_the_enqueue_options() -> None:

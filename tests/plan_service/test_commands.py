@@ -15,8 +15,8 @@ import httpx
 import psycopg
 import pytest
 
+from pgenough.dashboard.throttle import FREE_FAILURES
 from pgenough_plans import __version__
-from pgenough_plans.api.ui.throttle import FREE_FAILURES
 from tests.helpers.procs import ROOT
 from tests.test_cli import free_port
 
@@ -77,7 +77,7 @@ def test_demo_serves_search_within_its_first_fetch_cycle(
                 time.sleep(0.2)  # the first fetch (of a 60 s cycle) is still landing
         assert len(events) == 5
         signed_in = {"authorization": "Bearer demo-token"}
-        dashboard = httpx.get(f"http://127.0.0.1:{port}/ui", headers=signed_in, timeout=5)
+        dashboard = httpx.get(f"http://127.0.0.1:{port}/ui/", headers=signed_in, timeout=5)
         assert dashboard.status_code == 200 and "fever-sim" in dashboard.text
         # No proxy is trusted: a fresh X-Forwarded-For per wrong token is still one client.
         guesses = [

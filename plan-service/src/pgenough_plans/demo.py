@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from pgenough.core import Gap, WorkerConfig, migrate, open_pool, subscribe
+from pgenough.dashboard import DashboardConfig
 from pgenough.httpserver import base_url
 from pgenough_plans.api.app import MIGRATIONS, create_app
 from pgenough_plans.api.config import ApiConfig
 from pgenough_plans.api.proxies import TrustedProxies
 from pgenough_plans.api.server import ApiServer, uvicorn_config
-from pgenough_plans.api.ui.config import UiConfig
 from pgenough_plans.ingest.fetch import RunResult, fetch_loop
 from pgenough_plans.ingest.process import PLANS_CHANGED, process_worker
 from pgenough_plans.ingest.provider import ProviderConfig
@@ -64,8 +64,8 @@ def fault_schedule(rng: random.Random, n: int = 2000) -> list[str]:
     return schedule
 
 
-def _dashboard_line(base: str, ui: UiConfig) -> str:
-    if not ui.enabled:
+def _dashboard_line(base: str, ui: DashboardConfig | None) -> str:
+    if ui is None:
         return ""
     mode = "actions enabled" if ui.actions else "read-only; PGENOUGH_UI_ACTIONS=1 to retry"
     login = ", needs PGENOUGH_UI_TOKEN" if ui.token is not None else ""
@@ -85,7 +85,7 @@ def _describe(result: RunResult | None) -> str:
 
 async def run(
     api: ApiConfig,
-    ui: UiConfig,
+    ui: DashboardConfig | None,
     proxies: TrustedProxies,
     config: DemoConfig,
     sock: socket.socket,

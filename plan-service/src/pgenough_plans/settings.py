@@ -1,5 +1,6 @@
 """The plan service's settings: pgenough's (the database, logging, the worker, maintenance,
-metrics) and its own — providers, fetching, ingestion, the /search API and its dashboard.
+metrics, the dashboard) and its own: providers, fetching, ingestion, the /search API, and
+whether the API serves the dashboard.
 
 Read from the environment (``DATABASE_URL``, ``PGENOUGH_*``, as pgenough's) and from its own
 TOML file, ``PGENOUGH_PLANS_CONFIG`` or ``./pgenough-plans.toml`` (so that the library's
@@ -11,6 +12,7 @@ without httpx, lxml or FastAPI.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from pydantic import Field, SecretStr
@@ -30,9 +32,9 @@ from pgenough_plans.ingest.defaults import (
 )
 
 if TYPE_CHECKING:
+    from pgenough.dashboard import DashboardConfig
     from pgenough_plans.api.config import ApiConfig
     from pgenough_plans.api.proxies import TrustedProxies
-    from pgenough_plans.api.ui.config import UiConfig
     from pgenough_plans.ingest.fetch import FetchConfig
     from pgenough_plans.ingest.pacing import PacingConfig
     from pgenough_plans.ingest.provider import ProviderConfig
@@ -228,51 +230,9 @@ class PlanSettings(Settings):
     )
 
     ui_enabled: bool = Field(
-        default=True, description="Serve the read-only dashboard at /ui with the API."
-    )
-    ui_database_url: str | None = Field(
-        default=None,
-        description="PostgreSQL for the dashboard, as a role that may read plans.runs,"
-        " pgenough.jobs and plans.plan_failures (and update jobs, for actions); unset ="
-        " the API's database URL.",
-    )
-    ui_actions: bool = Field(
-        default=False,
-        description="Let the dashboard retry and discard jobs (POST); off = read-only, 403.",
-    )
-    ui_token: SecretStr | None = Field(
-        default=None,
-        description="When set, every /ui page and action needs it: Authorization: Bearer,"
-        " or the login form at /ui/login (an HttpOnly cookie).",
-    )
-    ui_tick: float = Field(
-        default=api_defaults.DEFAULT_UI_TICK,
-        gt=0,
-        description="Seconds between the live overview's periodic refreshes (besides the"
-        " refresh on every run change).",
-    )
-    ui_statement_timeout: float = Field(
-        default=api_defaults.DEFAULT_UI_STATEMENT_TIMEOUT,
-        gt=0,
-        description="Seconds a dashboard query may run (statement_timeout).",
-    )
-    ui_session_max_age: float = Field(
-        default=api_defaults.DEFAULT_UI_SESSION_MAX_AGE,
-        gt=0,
-        description="Seconds a login at /ui/login lasts, unless a logout ends it first"
-        " (for every replica sharing the token).",
-    )
-    ui_login_max_backoff: float = Field(
-        default=api_defaults.DEFAULT_UI_LOGIN_MAX_BACKOFF,
-        ge=1,
-        description="Longest wait, in seconds, that wrong tokens from one client address earn"
-        " it: after 3 in a row each doubles the wait from 1 s up to this; meanwhile 429.",
-    )
-    ui_allowed_hosts: str = Field(
-        default="",
-        description="Host names the dashboard answers to, comma-separated (ports ignored; * for"
-        " any), besides loopback names and api_host unless that is a wildcard such as 0.0.0.0;"
-        " other Host headers get 421 (against DNS rebinding).",
+        default=True,
+        description="Serve pgenough's dashboard, with the plan service's pages, at /ui with"
+        " the API (its other settings: pgenough's ui_*).",
     )
 
     def api_config(self) -> ApiConfig:
@@ -321,23 +281,11 @@ class PlanSettings(Settings):
             with_network_timeout(url, self.network_timeout, server_side=True) for url in urls
         )
 
-    def ui_config(self) -> UiConfig:
-        """The dashboard's config; ``ApiConfigError`` when the settings are impossible."""
-        from pgenough_plans.api.ui.config import UiConfig  # FastAPI: slow to import
-        from pgenough_plans.api.ui.hosts import AllowedHosts
-
-        token = self.ui_token
-        return UiConfig(
-            enabled=self.ui_enabled,
-            database_url=self.ui_database_url,
-            actions=self.ui_actions,
-            token=None if token is None else token.get_secret_value(),
-            tick=self.ui_tick,
-            statement_timeout=self.ui_statement_timeout,
-            session_max_age=self.ui_session_max_age,
-            login_max_backoff=self.ui_login_max_backoff,
-            allowed_hosts=AllowedHosts.parse(self.ui_allowed_hosts, bind=self.api_host),
-        )
+    def ui_config(self, bind: str | None = None) -> DashboardConfig:
+        """pgenough's dashboard config, answering to ``api_host`` (where the API serves it)
+        and naming the plan service's migrate command."""
+        config = super().ui_config(self.api_host if bind is None else bind)
+        return replace(config, migrate_hint="pgenough-plans migrate")
 
     def trusted_proxies(self) -> TrustedProxies:
         """The proxies whose forwarding headers the API server believes (``ApiConfigError``

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from pgenough.cli import core
+from pgenough.cli import core, dashboard
 from pgenough.cli.base import (
     BIGINT_MAX,
     app,
@@ -85,6 +85,7 @@ app.command("job", rich_help_panel=INSPECT_PANEL)(core.job_cmd)
 app.command("retry", rich_help_panel=INSPECT_PANEL)(core.retry_cmd)
 app.command("discard", rich_help_panel=INSPECT_PANEL)(core.discard_cmd)
 app.command("requeue-stuck", rich_help_panel=INSPECT_PANEL)(core.requeue_stuck_cmd)
+app.command("dashboard")(dashboard.dashboard_cmd)
 
 
 def main() -> NoReturn:

@@ -48,6 +48,7 @@ from pgenough.core import (
 )
 from pgenough.core.statements import AsyncConn
 from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
+from pgenough.dashboard.schema import MIGRATIONS as DASHBOARD_MIGRATIONS
 from pgenough.settings import Settings
 
 STATUS_WINDOW = 3600.0
@@ -55,7 +56,8 @@ STATUS_WINDOW = 3600.0
 
 
 def migrate_cmd() -> None:
-    """Create or upgrade pgenough's schema (safe when replicas run it at the same time)."""
+    """Create or upgrade pgenough's schema, the dashboard's table included (safe when
+    replicas run it at the same time)."""
     settings = load_settings(Settings)
     setup_logging(settings)
 
@@ -63,7 +65,8 @@ def migrate_cmd() -> None:
         pool = await open_pool(settings.resolve_database_url(), max_size=1, name="pgenough-migrate")
         try:
             async with pool.connection() as conn:
-                applied = await migrate(conn)
+                # The dashboard's track too: its SQL ships with the library, extra or not.
+                applied = await migrate(conn, [DASHBOARD_MIGRATIONS])
                 return (
                     await schema_version(conn),
                     [f"{m.track}/{m.version:04d}_{m.name}" for m in applied],
@@ -240,6 +243,15 @@ def jobs_cmd(
         typer.Option(help=f"Only jobs in this state ({', '.join(JOB_STATES)})."),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    task: Annotated[
+        str | None, typer.Option(help="Only jobs of this task (the job's kind).")
+    ] = None,
+    text: Annotated[
+        str | None,
+        typer.Option(
+            help="Only jobs whose payload, as JSON text, contains this (case-insensitive).",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=BIGINT_MAX, help="At most this many jobs.")] = 50,
     before: Annotated[
         int | None,
@@ -256,7 +268,9 @@ def jobs_cmd(
             fail(f"--{exc}", code=2)
     jobs = inspect(
         "jobs",
-        lambda conn: list_jobs(conn, state=wanted, queue=queue, limit=limit, before=before),
+        lambda conn: list_jobs(
+            conn, state=wanted, queue=queue, kind=task, text=text, limit=limit, before=before
+        ),
     )
     more = len(jobs) == limit
     show(jobs, as_json, lambda: render.jobs_list(jobs, now(), more=more))

@@ -349,9 +349,23 @@ def retry_job(job_id: int) -> Steps[None]:
 
 
 @dual
-def retry_dead(queue: str | None = None) -> Steps[int]:
-    """Make every dead job of ``queue`` (all queues when None) runnable now; return how many."""
-    result = yield Query(_Q["retry_dead"], {"queue": queue}, prepare=PLAN_EACH_TIME)
+def retry_jobs(job_ids: Iterable[int]) -> Steps[int]:
+    """``retry_job`` for several jobs at once, in one statement: those of ``job_ids`` that are
+    dead, cancelled or waiting run again now (one more attempt if spent); return how many.
+    The others (running, or gone) are left as they are."""
+    ids = {"ids": int_array(job_ids)}
+    result = yield Query(_Q["retry_jobs"], ids, prepare=PLAN_EACH_TIME)
+    return len(result.rows)
+
+
+@dual
+def retry_dead(
+    queue: str | None = None, *, kind: str | None = None, text: str | None = None
+) -> Steps[int]:
+    """Make every dead job of ``queue`` (all queues when None) runnable now; return how many.
+    ``kind`` and ``text`` narrow it as they narrow ``list_jobs``."""
+    params = {"queue": queue, "kind": kind, "text": text}
+    result = yield Query(_Q["retry_dead"], params, prepare=PLAN_EACH_TIME)
     return len(result.rows)
 
 
@@ -361,6 +375,27 @@ def discard_job(job_id: int) -> Steps[None]:
     result = yield Query(_Q["discard_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "cancel")
+
+
+@dual
+def discard_jobs(job_ids: Iterable[int]) -> Steps[int]:
+    """``discard_job`` for several jobs at once, in one statement: those of ``job_ids`` that
+    are ready, running or dead are cancelled; return how many."""
+    ids = {"ids": int_array(job_ids)}
+    result = yield Query(_Q["discard_jobs"], ids, prepare=PLAN_EACH_TIME)
+    return len(result.rows)
+
+
+@dual
+def discard_dead(
+    queue: str | None = None, *, kind: str | None = None, text: str | None = None
+) -> Steps[int]:
+    """Cancel every dead job of ``queue`` (all queues when None), narrowed by ``kind`` and
+    ``text`` as ``list_jobs`` is; return how many. They stay visible as ``cancelled`` until
+    the cleaner removes them."""
+    params = {"queue": queue, "kind": kind, "text": text}
+    result = yield Query(_Q["discard_dead"], params, prepare=PLAN_EACH_TIME)
+    return len(result.rows)
 
 
 cancel_job = discard_job
@@ -379,13 +414,18 @@ def list_jobs(
     *,
     state: str | None = None,
     queue: str | None = None,
+    kind: str | None = None,
+    text: str | None = None,
     failing: bool = False,
     limit: int = 100,
     before: int | None = None,
 ) -> Steps[list[JobRecord]]:
     """Jobs newest first: of one ``state`` (ready, running, dead, cancelled) or all, of one
-    ``queue`` or all; ``failing`` keeps those whose last attempt raised - dead, or waiting to
-    retry. Page with ``before``: the smallest id of the previous page."""
+    ``queue`` or all, of one ``kind`` (the task's name) or all; ``text``: only those whose
+    payload, as JSON text, holds it (case-insensitive; the payload as PostgreSQL writes
+    ``jsonb``: ``{"key": "value"}``, a space after each colon and comma; a scan, bounded by
+    the session's ``statement_timeout``); ``failing`` keeps those whose last attempt raised -
+    dead, or waiting to retry. Page with ``before``: the smallest id of the previous page."""
     if state is not None:
         state = parse_job_state(state)
     if limit < 1:
@@ -393,6 +433,8 @@ def list_jobs(
     params = {
         "state": state,
         "queue": queue,
+        "kind": kind,
+        "text": text,
         "failing": failing,
         "limit": limit,
         "before": before,
@@ -424,6 +466,13 @@ def job_failures(window: float) -> Steps[JobFailures]:
     result = yield Query(_Q["job_failures_since"], {"window": window}, record=JobFailures)
     failures: JobFailures = result.rows[0]  # an aggregate: always one row
     return failures
+
+
+@dual
+def job_failures_by_queue(window: float) -> Steps[dict[str, JobFailures]]:
+    """``job_failures`` per queue, for the queues that have failing or dead jobs."""
+    result = yield Query(_Q["job_failures_by_queue"], {"window": window})
+    return {queue: JobFailures(int(dead), int(failed)) for queue, dead, failed in result.rows}
 
 
 @dual

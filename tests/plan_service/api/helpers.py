@@ -49,7 +49,8 @@ def api_settings(database_url: str, **overrides: Any) -> PlanSettings:
 
 def api_app(settings: PlanSettings) -> FastAPI:
     """The app for ``settings``, as ``pgenough-plans api`` builds it (``database_url`` set)."""
-    return create_app(settings.api_config(), settings.ui_config())
+    ui = settings.ui_config() if settings.ui_enabled else None
+    return create_app(settings.api_config(), ui)
 
 
 def state(app: FastAPI) -> ApiState:

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from pgenough_plans.api.docs import ASSETS
+from tests.dashboard.browser import chromium_page, require_browser
 from tests.plan_service.api.helpers import ServerThread, api_app, api_settings
-from tests.plan_service.ui.browser import chromium_page, require_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.db]
 

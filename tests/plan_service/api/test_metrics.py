@@ -22,7 +22,9 @@ def routed_methods(routes: Iterable[Any]) -> set[str]:
     """The methods the app's routes answer, through FastAPI's included routers."""
     methods: set[str] = set()
     for route in routes:
-        if isinstance(route, Mount):
+        if isinstance(route, Mount) and hasattr(route.app, "routes"):
+            methods |= routed_methods(route.app.routes)  # a mounted app: the dashboard
+        elif isinstance(route, Mount):
             methods |= {"GET", "HEAD"}  # static files
         elif hasattr(route, "original_router"):
             methods |= routed_methods(route.original_router.routes)
@@ -53,6 +55,10 @@ async def test_every_route_is_its_template_and_unrouted_methods_are_other(
         ("GET", "/docs/assets/swagger-ui.css", "/docs/assets/{path}", "GET", 200),
         ("GET", "/ui/static/ui.css", "/ui/static/{path}", "GET", 200),
         ("GET", "/ui/static/missing.css", "/ui/static/{path}", "GET", 404),
+        ("GET", "/ui/jobs", "/ui/jobs", "GET", 200),
+        ("GET", "/ui/jobs/999999999", "/ui/jobs/{job_id:int}", "GET", 404),
+        ("GET", "/ui/nowhere", "/ui/{rest:path}", "GET", 404),
+        ("GET", "/ui", "/ui", "GET", 307),
         ("PATCH", "/search", "/search", "other", 405),
         ("PUT", "/search", "/search", "other", 405),
         ("DELETE", "/openapi.json", "/openapi.json", "other", 405),

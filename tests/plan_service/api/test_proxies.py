@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
+from pgenough.dashboard.throttle import FREE_FAILURES
 from pgenough_plans.api import ApiConfigError
 from pgenough_plans.api.proxies import TrustedProxies
-from pgenough_plans.api.ui.throttle import FREE_FAILURES
 from tests.plan_service.api.helpers import api_process, api_start_error
 
 TOKEN = "s3cret-token"

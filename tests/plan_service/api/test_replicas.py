@@ -21,6 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue, publish
 from pgenough.core.db import with_network_timeout
+from pgenough.dashboard.auth import WROTE_COOKIE
+from pgenough.dashboard.state import DashboardState, overview_event, reading
+from pgenough.dashboard.views import READ_HEADER
 from pgenough.jsonable import as_json
 from pgenough_plans.api.errors import ApiConfigError
 from pgenough_plans.api.models import StatusResponse
@@ -37,9 +40,7 @@ from pgenough_plans.api.replica import (
     parse_read_urls,
 )
 from pgenough_plans.api.search import parse_query
-from pgenough_plans.api.ui.auth import WROTE_COOKIE
-from pgenough_plans.api.ui.deps import READ_HEADER
-from pgenough_plans.api.ui.state import UiState, overview_event, reading
+from pgenough_plans.api.ui.reader import ReplicaReader
 from pgenough_plans.ingest import inspect
 from pgenough_plans.ingest.events import RUN_CHANGED
 from pgenough_plans.settings import PlanSettings
@@ -422,8 +423,8 @@ async def test_the_live_overview_never_shows_a_change_it_announced_missing(
     still gets a replica without it."""
     async with serving(settings(fresh, api_max_replica_lag=60.0)) as (app, _):
         replicas = state(app).replicas
-        ui: UiState = app.state.ui
-        assert replicas is not None and ui.replicas is not None
+        ui: DashboardState = app.state.dashboard.state
+        assert replicas is not None and isinstance(ui.reader, ReplicaReader)
         await until(lambda: all(lag.within for lag in replicas.measures), "both are read")
         await until(lambda: ui.feed.fence is not None, "the feed's first fence is read")
         fresh.pause_replay(0)
@@ -437,7 +438,7 @@ async def test_the_live_overview_never_shows_a_change_it_announced_missing(
         event = await overview_event(ui)
         assert event.name == "overview" and "replica-live" in event.data
         async with reading(ui) as read:  # no fence: a replica, as of before the change
-            assert read.replica is not None
+            assert read.source is not None and read.source.startswith(f"{REPLICA} ")
             stale = as_json(await inspect.overview(read.conn))
         assert "replica-live" not in json.dumps(stale)
 

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from pgenough.core import WorkerConfig
 from pgenough.core.db import DEFAULT_NETWORK_TIMEOUT, with_network_timeout
+from pgenough.dashboard import DashboardConfig
+from pgenough.dashboard.hosts import LOOPBACK_ONLY
 from pgenough_plans.api.config import ApiConfig
-from pgenough_plans.api.ui.config import UiConfig
-from pgenough_plans.api.ui.hosts import LOOPBACK_ONLY
 from pgenough_plans.ingest.fetch import FetchConfig
 from pgenough_plans.ingest.pacing import PacingConfig
 from pgenough_plans.ingest.provider import ProviderConfig
@@ -30,8 +30,11 @@ def test_the_default_settings_build_each_components_default_config() -> None:
     # Defaults only: no environment, no config file.
     defaults = PlanSettings.model_construct()
     assert defaults.api_config() == ApiConfig()
-    # The dashboard's host list adds api_host, which by default is a loopback address anyway.
-    assert replace(defaults.ui_config(), allowed_hosts=LOOPBACK_ONLY) == UiConfig()
+    # The dashboard's host list adds api_host, which by default is a loopback address anyway;
+    # a missing table names the plan service's migrate command.
+    ui = replace(defaults.ui_config(), allowed_hosts=LOOPBACK_ONLY)
+    assert ui == DashboardConfig(migrate_hint="pgenough-plans migrate")
+    assert defaults.ui_config().allowed_hosts.allows(defaults.api_host)
     assert defaults.worker_config() == WorkerConfig()
     assert defaults.fetch_config() == FetchConfig()
     assert defaults.pacing_config() == PacingConfig()

@@ -8,10 +8,9 @@ import pytest
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough_plans.settings import PlanSettings
 from pgenough_plans.sim.server import SimServer
 from tests.plan_service.api.helpers import api_settings, serving
-
-TOKEN = "s3cret-token"
 
 
 @pytest.fixture
@@ -20,7 +19,7 @@ def sim() -> Iterator[SimServer]:
         yield server
 
 
-def ui_settings(database_url: str, **overrides: Any) -> Any:
+def ui_settings(database_url: str, **overrides: Any) -> PlanSettings:
     overrides.setdefault("ui_tick", 0.5)
     return api_settings(database_url, **overrides)
 
@@ -29,7 +28,7 @@ def ui_settings(database_url: str, **overrides: Any) -> Any:
 async def ui(
     db: AsyncConnectionPool, database_url: str
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """The app with the dashboard read-only and no token, called in-process."""
+    """The API with the dashboard read-only and no token, called in-process."""
     async with serving(ui_settings(database_url)) as pair:
         yield pair
 

@@ -1,6 +1,7 @@
-"""The dashboard pictures of docs/plan-service/dashboard.md, from real ingestions: ``make
+"""The pictures of the plan service's dashboard (docs/plan-service/dashboard.md), from real ingestions: ``make
 screenshots`` (or ``python -m tests.plan_service.ui.screenshots [--out DIR]``) writes
-``dashboard-overview.png`` and ``dashboard-run.png`` at 1280x800.
+``dashboard-overview.png`` and ``dashboard-run.png`` at 1280x800 (the queue's own dashboard:
+``tests/dashboard/screenshots.py``).
 
 It runs the real pipeline on a fresh database (on ``DATABASE_URL``'s server, else the
 embedded one under ``.pgenough-test/``): a provider ingested twice, one whose fetch fails,
@@ -20,9 +21,9 @@ from pgenough.core import migrate, open_pool, start_embedded
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough_plans.api import MIGRATIONS
 from pgenough_plans.sim.server import SimServer
+from tests.dashboard.browser import CHROMIUM, chromium_page
 from tests.plan_service.ingest.pipeline import fetch, ingest
 from tests.plan_service.ui import scenes
-from tests.plan_service.ui.browser import CHROMIUM, chromium_page
 from tests.plan_service.ui.conftest import ui_settings
 from tests.plan_service.ui.server import UiServer
 
@@ -58,9 +59,10 @@ async def shoot(url: str, out: Path, run_id: int) -> None:
 
     with UiServer(ui_settings(url, ui_actions=True, ui_tick=1.0)) as server:
         async with chromium_page() as page:
-            await page.goto(f"{server.url}/ui")
+            await page.goto(f"{server.url}/ui/")
             await expect(page.locator("#live")).to_have_text("live")
             await expect(page.locator("#chart polyline")).to_have_count(1)
+            await expect(page.locator("#plans-chart rect.tp").first).to_be_visible()
             await page.screenshot(path=str(out / "dashboard-overview.png"))
             await page.goto(f"{server.url}/ui/runs/{run_id}")
             await expect(page.locator("tr[id^=job-]").first).to_be_visible()

@@ -1,6 +1,8 @@
-"""The dashboard in a real browser (Chromium via Playwright) on a real uvicorn server and a
-real database: real data renders, a dead chunk is found from the overview's queue through the
-jobs pages and Retry repairs it, the live view follows new runs.
+"""The plan service's dashboard (pgenough's with the plan service's extension, at /ui of the
+API) in a real browser (Chromium via Playwright) on a real uvicorn server and a real
+database: real ingestions render in the Providers section and its chart, a dead chunk is found
+from the overview's queue through the jobs pages and Retry on its run's page repairs it, the
+live view follows new runs.
 Waits are Playwright's auto-waiting ``expect``, never sleeps."""
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough_plans.sim.server import SimServer
+from tests.dashboard.browser import chromium_page, require_browser
 from tests.plan_service.ingest.pipeline import ingest, process
 from tests.plan_service.ui import scenes
-from tests.plan_service.ui.browser import chromium_page, require_browser
 from tests.plan_service.ui.conftest import ui_settings
 from tests.plan_service.ui.server import UiServer
 
@@ -42,14 +44,18 @@ async def test_the_overview_shows_a_real_ingestion(
     assert isinstance(page, Page)
     run = await ingest(db, f"{sim.url}?version=1&fault=malformed:0.02", name="alpha")
     with UiServer(ui_settings(database_url)) as server:
-        await page.goto(f"{server.url}/ui")
+        await page.goto(f"{server.url}/ui")  # redirected to /ui/
         row = page.locator('#providers-body tr[data-provider="alpha"]')
         await expect(row).to_contain_text("alpha")
         await expect(row).to_contain_text(f"#{run.run_id}")
         await expect(row).to_contain_text(f"{run.plans_staged:,}")
         await expect(row).to_contain_text("PROCESSED")
         await expect(page.locator("#live")).to_have_text("live")
-        await expect(page.locator("#chart rect.tp")).to_have_count(1)  # this minute's plans
+        await expect(page.locator("#plans-chart rect.tp")).to_have_count(1)  # this minute's
+        await expect(
+            page.locator('#plan-failures .card[data-key="runs_failed"] .value')
+        ).to_have_text("0")
+        await expect(page.locator("nav a.active")).to_have_text("Overview")
 
         await page.get_by_role("link", name=f"#{run.run_id}").click()
         await expect(page).to_have_url(re.compile(rf"/ui/runs/{run.run_id}$"))
@@ -66,10 +72,11 @@ async def test_a_dead_chunk_is_retried_by_clicking_retry(
     staged = await scenes.dead_chunks(db, sim, "gamma")  # dead 'disk full (test)', healed
     with UiServer(ui_settings(database_url, ui_actions=True)) as server:
         # From the overview's queue (as the live view draws it) to the jobs page, to one job.
-        await page.goto(f"{server.url}/ui")
+        await page.goto(f"{server.url}/ui/")
         await expect(page.locator("#live")).to_have_text("live")
         await page.locator('#queues-body tr[data-queue="plans"] a').click()
         await expect(page).to_have_url(re.compile(r"/ui/jobs\?queue=plans$"))
+        await expect(page.locator("#jobs")).to_contain_text(f"#{staged.run_id}")  # its run
         first = page.locator("#jobs tbody tr[data-job]").first
         await expect(first.locator(".pill")).to_have_text("dead")
         await first.locator("td a").first.click()
@@ -108,7 +115,7 @@ async def test_the_live_view_shows_a_new_run_without_reloading(
     first = await ingest(db, f"{sim.url}?version=1", name="alpha")
     # A long tick: the new run must arrive through run_changed, not the periodic refresh.
     with UiServer(ui_settings(database_url, ui_tick=60.0)) as server:
-        await page.goto(f"{server.url}/ui")
+        await page.goto(f"{server.url}/ui/")
         await expect(page.locator("#providers-body")).to_contain_text(f"#{first.run_id}")
         await expect(page.locator("#live")).to_have_text("live")
         page_loads: list[str] = []

@@ -1,8 +1,9 @@
-"""The dashboard's pages from real ingestions: what each shows, its filters, its errors."""
+"""The plan service's pages of the dashboard (pgenough's, mounted at /ui by the API, with
+the plan service's extension) from real ingestions: the overview's Providers section, the
+runs and a run, the failures of chunk jobs; their filters and errors."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import httpx
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough_plans.sim.server import SimServer
+from tests.dashboard.helpers import html, text
 from tests.plan_service.api.helpers import serving
 from tests.plan_service.ui import scenes
 from tests.plan_service.ui.conftest import ui_settings
@@ -20,31 +22,28 @@ pytestmark = pytest.mark.db
 Pair = tuple[FastAPI, httpx.AsyncClient]
 
 
-def html(response: httpx.Response, status: int = 200) -> str:
-    assert response.status_code == status, response.text[:500]
-    assert response.headers["content-type"].startswith("text/html")
-    return response.text
-
-
-def text(page: str) -> str:
-    """The page's visible text, roughly: tags dropped, whitespace squeezed."""
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
-
-
 async def test_pages_show_a_real_ingestion(
     db: AsyncConnectionPool, sim: SimServer, ui: Pair
 ) -> None:
     _, client = ui
     scene = await scenes.build(db, sim)
 
-    overview = text(html(await client.get("/ui")))
+    bare = await client.get("/ui")
+    assert bare.status_code == 307 and bare.headers["location"] == "/ui/"
+    page = html(await client.get("/ui/"))
+    overview = text(page)
     for provider in ("alpha", "beta", "gamma"):
         assert provider in overview
     assert f"#{scene.ok.run_id}" in overview and f"#{scene.failed.run_id}" in overview
     assert f"{scene.ok.plans_staged:,}" in overview
     assert "PROCESSED" in overview and "FAILED" in overview and "STAGED" in overview
     assert "404" in overview  # beta's reason
+    assert "1 runs failed" in overview and "plans processed / min" in overview
     assert "read-only" in overview
+    # The queue's own part, below: the plans queue's dead chunks.
+    assert re.search(rf"plans 0 0 0 {len(scene.dead)} ", overview), overview
+    assert '<script src="/ui/ext/plans/providers.js">' in page
+    assert '<a href="/ui/runs" >Runs</a>' in page  # the extension's navigation entry
 
     runs = text(html(await client.get("/ui/runs")))
     assert all(f"#{r.run_id}" in runs for r in (scene.ok, scene.failed, scene.stuck))
@@ -59,12 +58,17 @@ async def test_pages_show_a_real_ingestion(
     assert all(str(j.id) in stuck for j in scene.dead)
 
     failures = html(await client.get("/ui/failures"))
-    assert "disk full (test)" in failures and f"#{scene.failed.run_id}" in failures
+    assert "disk full (test)" in failures
+    assert f'href="/ui/runs/{scene.stuck.run_id}"' in failures  # each chunk's run
     assert "Retry" not in text(failures) and "/retry" not in failures  # read-only: no buttons
+    failed_runs = text(html(await client.get("/ui/runs", params={"status": "FAILED"})))
+    assert f"#{scene.failed.run_id}" in failed_runs and f"#{scene.ok.run_id}" not in failed_runs
 
     body = (await client.get("/ui/api/overview")).json()
     assert body["error"] is None
-    assert [p["provider"] for p in body["data"]["providers"]] == ["alpha", "beta", "gamma"]
+    section = body["data"]["sections"]["providers"]
+    assert [p["provider"] for p in section["providers"]] == ["alpha", "beta", "gamma"]
+    assert section["runs_failed"] == 1 and section["throughput"]
 
 
 async def test_runs_filters_and_keyset_paging(
@@ -83,12 +87,11 @@ async def test_runs_filters_and_keyset_paging(
 
 
 async def test_runs_page_links_to_older_runs(
-    db: AsyncConnectionPool, sim: SimServer, ui: Pair
+    db: AsyncConnectionPool, sim: SimServer, ui: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app, client = ui
+    _, client = ui
     scene = await scenes.build(db, sim)
-    state = app.state.ui
-    app.state.ui = dataclasses.replace(state, config=dataclasses.replace(state.config, runs_page=2))
+    monkeypatch.setattr("pgenough_plans.api.ui.pages.RUNS_PAGE", 2)
     page = html(await client.get("/ui/runs"))
     assert f'before={scene.failed.run_id}"' in page  # the third run is on the next page
     nxt = text(html(await client.get("/ui/runs", params={"before": scene.failed.run_id})))
@@ -111,8 +114,9 @@ async def test_static_files_are_served(ui: Pair) -> None:
     _, client = ui
     css = await client.get("/ui/static/ui.css")
     js = await client.get("/ui/static/live.js")
-    assert css.status_code == js.status_code == 200
-    assert "EventSource" in js.text
+    providers = await client.get("/ui/ext/plans/providers.js")
+    assert css.status_code == js.status_code == providers.status_code == 200
+    assert "EventSource" in js.text and 'section("providers"' in providers.text
 
 
 async def test_a_bug_shows_the_error_page_with_a_request_id(

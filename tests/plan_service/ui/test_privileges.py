@@ -1,5 +1,6 @@
-"""A dashboard whose role may not read what it shows says which setting to change, on its
-pages, its JSON and its live stream, instead of failing with a 500."""
+"""The plan service's dashboard on a role that may read only the plans (the API's): every
+page, the plan service's too, its JSON and its live stream say which setting to change,
+instead of failing with a 500, while /search is unaffected; and the API without it."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough_plans.api import grant_api_role
+from tests.dashboard.server import sse
 from tests.plan_service.api.helpers import serving
 from tests.plan_service.ui.conftest import ui_settings
-from tests.plan_service.ui.server import UiServer, sse
+from tests.plan_service.ui.server import UiServer
 
 pytestmark = pytest.mark.db
 
@@ -41,7 +43,7 @@ async def test_missing_privileges_name_the_setting(database_url: str, plans_read
     # The API on the owner's URL, the dashboard on a role that may only read the plans.
     settings = ui_settings(database_url, ui_database_url=plans_reader)
     async with serving(settings) as (_, client):
-        for path in ("/ui", "/ui/runs", "/ui/failures", "/ui/runs/1"):
+        for path in ("/ui/", "/ui/runs", "/ui/failures", "/ui/runs/1", "/ui/jobs"):
             page = await client.get(path)
             assert page.status_code == 503, path
             assert page.headers["content-type"].startswith("text/html")
@@ -64,4 +66,5 @@ async def test_missing_privileges_name_the_setting(database_url: str, plans_read
 async def test_a_disabled_dashboard_is_not_served(database_url: str, db: object) -> None:
     async with serving(ui_settings(database_url, ui_enabled=False)) as (app, client):
         assert (await client.get("/ui")).status_code == 404
-        assert not hasattr(app.state, "ui")
+        assert (await client.get("/ui/")).status_code == 404
+        assert not hasattr(app.state, "dashboard")

@@ -2,8 +2,9 @@
 
 At start-up the lifespan opens the API's pool (each connection with the search timeout as its
 ``statement_timeout``), starts the cache's invalidation listener and waits until it listens,
-so no change committed after start-up is missed. With the dashboard enabled (``api/ui``) it
-also opens the dashboard's own pool and live feed, closed first at shutdown.
+so no change committed after start-up is missed. With the dashboard (pgenough's, with the
+plan service's extension: ``api/ui``) mounted at ``/ui``, it also runs the dashboard (its own
+pool and live feed, on the API's replicas when it reads some), closed first at shutdown.
 ``prepare_database`` is what the CLI runs first: migrate (unless the role may only read) and
 check that the plans (and, unless ``api_cursor_secret`` is set, the cursor secret) are
 readable. The key that signs ``/search`` cursors comes from ``api_cursor_secret``, or else
@@ -21,7 +22,8 @@ from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, Final
 
 import psycopg
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
 
 from pgenough import __version__
 from pgenough.core import (
@@ -33,7 +35,9 @@ from pgenough.core import (
     migrate,
     open_pool,
 )
-from pgenough_plans.api import cursor, docs, errors, health, replica, routes, ui
+from pgenough.dashboard import MIGRATIONS as DASHBOARD_MIGRATIONS
+from pgenough.dashboard import Dashboard, DashboardConfig
+from pgenough_plans.api import cursor, docs, errors, health, replica, routes
 from pgenough_plans.api.answer import Answer
 from pgenough_plans.api.bulkhead import Bulkhead
 from pgenough_plans.api.cache import ResponseCache, invalidate_on
@@ -42,7 +46,7 @@ from pgenough_plans.api.deps import ApiState
 from pgenough_plans.api.metrics import RequestMetrics
 from pgenough_plans.api.pressure import publish_pressure
 from pgenough_plans.api.search import Q
-from pgenough_plans.api.ui.config import UiConfig
+from pgenough_plans.api.ui import plan_dashboard
 from pgenough_plans.ingest.store import MIGRATIONS as PLANS_MIGRATIONS
 
 log = logging.getLogger(__name__)
@@ -50,27 +54,32 @@ log = logging.getLogger(__name__)
 POOL_MIN_SIZE: Final = 2
 API_MIGRATIONS: Final = MigrationSet("api", "pgenough_plans.api")
 """The API's own track: its secrets (``plans.api_secrets``)."""
-MIGRATIONS: Final = (PLANS_MIGRATIONS, API_MIGRATIONS, ui.MIGRATIONS)
+MIGRATIONS: Final = (PLANS_MIGRATIONS, API_MIGRATIONS, DASHBOARD_MIGRATIONS)
 """The schema tracks above the core that the API serves from: the plans, the API's own and the
 dashboard's."""
 LISTEN_START_TIMEOUT: Final = 10.0
+UI_PREFIX: Final = "/ui"
 
 
-def create_app(config: ApiConfig, ui_config: UiConfig) -> FastAPI:
-    """The API app, serving from ``config.database_url`` (and the dashboard, unless
-    ``ui_config.enabled`` is off); the configs are ``Settings.api_config()`` and
+def create_app(config: ApiConfig, ui_config: DashboardConfig | None = None) -> FastAPI:
+    """The API app, serving from ``config.database_url``, with the dashboard at ``/ui``
+    unless ``ui_config`` is None; the configs are ``Settings.api_config()`` and
     ``Settings.ui_config()``; ``ApiConfigError`` at once without a database URL."""
-    # The dashboard LISTENs and keeps session settings: direct, behind a pooler.
-    ui_url = ui_config.database_url or config.direct_url()
+    dashboard: Dashboard | None = None
+    if ui_config is not None:
+        # The dashboard LISTENs and keeps session settings: direct, behind a pooler.
+        dashboard = plan_dashboard(
+            ui_config,
+            config.direct_url(),
+            replicas=(lambda: app.state.api.replicas) if config.read_urls else None,
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             app.state.api = await stack.enter_async_context(running(config))
-            if ui_config.enabled:
-                app.state.ui = await stack.enter_async_context(
-                    ui.running(ui_config, ui_url, app.state.api.replicas)
-                )
+            if dashboard is not None:
+                await stack.enter_async_context(dashboard.running())
             yield
 
     app = FastAPI(
@@ -89,9 +98,17 @@ def create_app(config: ApiConfig, ui_config: UiConfig) -> FastAPI:
     app.add_middleware(RequestMetrics)
     app.include_router(routes.router)
     app.include_router(health.router)
-    if ui_config.enabled:
-        ui.install(app, ui_config)
+    if dashboard is not None:
+        app.state.dashboard = dashboard
+        app.mount(UI_PREFIX, dashboard.app)
+        app.add_api_route(UI_PREFIX, _to_the_overview, include_in_schema=False)
     return app
+
+
+async def _to_the_overview(request: Request) -> Response:
+    """``/ui`` is the dashboard's overview, ``/ui/`` (a mount answers below its path)."""
+    root = request.scope.get("root_path", "")
+    return RedirectResponse(f"{root}{UI_PREFIX}/", status_code=307)
 
 
 @asynccontextmanager

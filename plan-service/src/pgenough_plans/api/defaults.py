@@ -1,6 +1,6 @@
-"""The API's and the dashboard's defaults, defined once: ``api/config.py`` and
-``api/ui/config.py`` build on them, and ``pgenough.settings`` offers them as the settings'
-defaults.
+"""The API's defaults, defined once: ``api/config.py`` builds on them, and
+``pgenough_plans.settings`` offers them as the settings' defaults (the dashboard's are
+pgenough's own, ``pgenough.dashboard.defaults``).
 
 Nothing here imports FastAPI or anything else of the ``service`` extra (``pgenough_plans.api``
 imports its modules on first use), so the settings load in an installation without it.
@@ -35,9 +35,3 @@ DEFAULT_PRESSURE_THRESHOLD: Final = 0.5
 """Share of the API's search slots in use above which it publishes pressure."""
 DEFAULT_PRESSURE_INTERVAL: Final = 0.1
 """Seconds between the API's samples of its bulkhead (and at most one write each)."""
-
-# The dashboard (api/ui).
-DEFAULT_UI_TICK: Final = 5.0
-DEFAULT_UI_STATEMENT_TIMEOUT: Final = 3.0
-DEFAULT_UI_SESSION_MAX_AGE: Final = 12 * 3600.0
-DEFAULT_UI_LOGIN_MAX_BACKOFF: Final = 60.0

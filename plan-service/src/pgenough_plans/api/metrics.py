@@ -7,7 +7,7 @@ import time
 from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
-from starlette.routing import Match, Mount, Route
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUEST_DURATION = Histogram(
@@ -75,24 +75,26 @@ METHODS: Final = frozenset({"GET", "HEAD", "POST"})
 OTHER_METHOD: Final = "other"
 UNMATCHED: Final = "unmatched"
 MOUNTED: Final = "/{path}"
-"""Appended to a mount's path (the static files) for its label: one series per mount."""
+"""Appended to a mount's path (static files) for its label: one series per mount."""
 
 
 def route_template(scope: Scope, path: str, root_path: str) -> str:
-    """The label of the route that answered: the template FastAPI's own routes leave in
-    ``scope["route"]``; else the app's plain Starlette route (``/openapi.json``) or mount
-    (``/ui/static/{path}``) the request's path matches; else ``unmatched``."""
-    route = scope.get("route")
-    template = getattr(route, "path", None)
+    """The label of the route that answered: the template FastAPI's routes leave in
+    ``scope["route"]``, under the paths of the mounts the request went through (routing
+    grows ``root_path`` by each: the dashboard's ``/ui/jobs/{job_id:int}``); a mount's path
+    when no route of it answered (static files: ``/ui/static/{path}``); else the app's plain
+    Starlette route (``/openapi.json``) the path matches; else ``unmatched``."""
+    grown: str = scope.get("root_path", "")
+    mounted = grown[len(root_path) :] if grown.startswith(root_path) else ""
+    template = getattr(scope.get("route"), "path", None)
     if template:
-        return str(template)
-    # Matched again on the path as it arrived: routing rewrites the scope (a mount's root_path).
+        return mounted + str(template)
+    if mounted:
+        return mounted + MOUNTED
+    # Matched again on the path as it arrived.
     probe: Scope = {"type": "http", "path": path, "root_path": root_path, "method": scope["method"]}
     for candidate in getattr(scope.get("app"), "routes", ()):
-        if isinstance(candidate, Mount):
-            if candidate.matches(probe)[0] is Match.FULL:
-                return candidate.path + MOUNTED
-        elif isinstance(candidate, Route) and candidate.matches(probe)[0] is not Match.NONE:
+        if isinstance(candidate, Route) and candidate.matches(probe)[0] is not Match.NONE:
             return candidate.path
     return UNMATCHED
 

@@ -33,7 +33,6 @@ from pgenough.graceful import GracefulServer
 from pgenough.httpserver import base_url
 from pgenough_plans.api.answer import ABORT, IncompleteFilter
 from pgenough_plans.api.proxies import TrustedProxies
-from pgenough_plans.api.ui import end_streams
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +90,7 @@ class ApiServer(GracefulServer):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         app = self.config.app
-        if isinstance(app, FastAPI):
-            end_streams(app)
+        dashboard = getattr(app.state, "dashboard", None) if isinstance(app, FastAPI) else None
+        if dashboard is not None:
+            dashboard.end_streams()
         await super().shutdown(sockets)

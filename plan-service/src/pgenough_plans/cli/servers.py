@@ -15,9 +15,9 @@ from pgenough_plans.cli.base import plan_settings
 from pgenough_plans.settings import PlanSettings
 
 if TYPE_CHECKING:
+    from pgenough.dashboard import DashboardConfig
     from pgenough_plans.api.config import ApiConfig
     from pgenough_plans.api.proxies import TrustedProxies
-    from pgenough_plans.api.ui.config import UiConfig
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -66,15 +66,20 @@ def demo(
         raise typer.Exit(run(lambda: run_demo(api, ui, proxies, config, sock), settings))
 
 
-def _check_api_settings(settings: PlanSettings) -> tuple[ApiConfig, UiConfig, TrustedProxies]:
-    """The API's and the dashboard's configs, and the proxies whose headers uvicorn may
-    believe; impossible settings are one line and exit 2 now, before the database starts.
-    The API's ``database_url`` is still the setting: the caller resolves it next."""
-    from pgenough_plans.api import ApiConfigError  # FastAPI: slow to import
+def _check_api_settings(
+    settings: PlanSettings,
+) -> tuple[ApiConfig, DashboardConfig | None, TrustedProxies]:
+    """The API's and the dashboard's configs (None: not served), and the proxies whose
+    headers uvicorn may believe; impossible settings are one line and exit 2 now, before the
+    database starts. The API's ``database_url`` is still the setting: the caller resolves it
+    next."""
+    from pgenough.dashboard import DashboardConfigError  # FastAPI: slow to import
+    from pgenough_plans.api import ApiConfigError
 
     try:
-        return settings.api_config(), settings.ui_config(), settings.trusted_proxies()
-    except ApiConfigError as exc:
+        ui = settings.ui_config() if settings.ui_enabled else None
+        return settings.api_config(), ui, settings.trusted_proxies()
+    except (ApiConfigError, DashboardConfigError) as exc:
         fail(f"invalid configuration: {exc}", code=2)
 
 

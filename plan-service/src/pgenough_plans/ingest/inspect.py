@@ -51,6 +51,7 @@ __all__ = [
     "Failures",
     "Overview",
     "ProviderSummary",
+    "ProvidersView",
     "RowFailure",
     "RunDetail",
     "RunSummary",
@@ -62,6 +63,7 @@ __all__ = [
     "list_runs",
     "overview",
     "provider_names",
+    "providers_view",
     "state_totals",
 ]
 
@@ -127,6 +129,34 @@ async def overview(conn: AsyncConn, window: float = DEFAULT_WINDOW) -> Overview:
     )
     points = await throughput(conn, window)
     return Overview(at, window, providers, await queue_stats(conn), failures, points)
+
+
+@dataclass(frozen=True)
+class ProvidersView:
+    """The providers as the dashboard's overview shows them (its Providers section)."""
+
+    providers: list[ProviderSummary]
+    runs_failed: int
+    """Runs failed in the window."""
+    rows_failed: int
+    """Rows that could not be written in the window."""
+    throughput: list[ThroughputPoint]
+
+
+async def providers_view(conn: AsyncConn, window: float = DEFAULT_WINDOW) -> ProvidersView:
+    """Every provider's last run, the runs and rows failed, and plans processed per minute,
+    over the last ``window`` seconds."""
+    providers = await provider_summaries(conn, await provider_names(conn), window)
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(_Q["failures_since"], {"window": window})
+        row = await cur.fetchone()
+    assert row is not None  # an aggregate: always one row
+    return ProvidersView(
+        providers,
+        await count_failed_since(conn, window),
+        row["rows_failed"],
+        await throughput(conn, window),
+    )
 
 
 async def failed_runs(

@@ -275,14 +275,28 @@ SET state = 'ready',
 WHERE id = %(id)s AND state IN ('dead', 'cancelled', 'ready')
 RETURNING id
 
+-- name: retry_jobs
+-- Operator: make these jobs runnable now, those that are dead, cancelled or waiting (as
+-- retry_job, in one statement); the others are left as they are.
+UPDATE pgenough.jobs
+SET state = 'ready',
+    run_at = now(),
+    finished_at = NULL,
+    max_attempts = greatest(max_attempts, attempts + 1)
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('dead', 'cancelled', 'ready')
+RETURNING id
+
 -- name: retry_dead
--- Operator: make every dead job of a queue (or of all queues) runnable now.
+-- Operator: make every dead job of a queue (or of all queues) runnable now; of one kind and
+-- whose payload's text holds a piece of text (case-insensitive), when given (as list_jobs).
 UPDATE pgenough.jobs
 SET state = 'ready',
     run_at = now(),
     finished_at = NULL,
     max_attempts = greatest(max_attempts, attempts + 1)
 WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(text)s::text IS NULL OR strpos(lower(payload::text), lower(%(text)s::text)) > 0)
 RETURNING id
 
 -- name: discard_job
@@ -291,6 +305,24 @@ RETURNING id
 UPDATE pgenough.jobs
 SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
 WHERE id = %(id)s AND state IN ('ready', 'running', 'dead')
+RETURNING id
+
+-- name: discard_jobs
+-- Operator: cancel these jobs, those not finished (as discard_job, in one statement).
+UPDATE pgenough.jobs
+SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('ready', 'running', 'dead')
+RETURNING id
+
+-- name: discard_dead
+-- Operator: cancel every dead job of a queue (or of all queues), of a kind and whose
+-- payload's text holds a piece of text when given (as retry_dead): they stay visible as
+-- cancelled until the cleaner removes them.
+UPDATE pgenough.jobs
+SET state = 'cancelled', finished_at = now()
+WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(text)s::text IS NULL OR strpos(lower(payload::text), lower(%(text)s::text)) > 0)
 RETURNING id
 
 -- name: get_job
@@ -316,12 +348,16 @@ ORDER BY queue
 
 -- name: list_jobs
 -- Operator: jobs of a state (or all), optionally only those whose last attempt failed
--- (dead, or waiting to retry), newest first; keyset-paged by id.
+-- (dead, or waiting to retry), of a queue, of a kind, whose payload's JSON text holds a piece
+-- of text (case-insensitive: a scan of the jobs the other filters leave, which the session's
+-- statement_timeout bounds), newest first; keyset-paged by id.
 SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, run_at,
        created_at, claimed_at, lease_until, worker, finished_at, dedupe_key, last_error, errors
 FROM pgenough.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::pgenough.job_state)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(text)s::text IS NULL OR strpos(lower(payload::text), lower(%(text)s::text)) > 0)
   AND (NOT %(failing)s::boolean OR (last_error IS NOT NULL AND state IN ('ready', 'dead')))
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
@@ -387,6 +423,20 @@ SELECT
      WHERE j.last_error IS NOT NULL
        AND (e ->> 'at')::timestamptz > now() - %(window)s * interval '1 second')
         AS attempts_failed
+
+-- name: job_failures_by_queue
+-- job_failures_since per queue, for the queues that have any.
+SELECT queue,
+       count(*) FILTER (WHERE state = 'dead'
+                        AND finished_at > now() - %(window)s * interval '1 second') AS dead,
+       coalesce(sum((SELECT count(*) FROM jsonb_array_elements(j.errors) e
+                     WHERE (e ->> 'at')::timestamptz
+                           > now() - %(window)s * interval '1 second'))
+                FILTER (WHERE last_error IS NOT NULL), 0)::bigint AS attempts_failed
+FROM pgenough.jobs j
+WHERE state = 'dead' OR last_error IS NOT NULL
+GROUP BY queue
+ORDER BY queue
 
 -- name: jobs_by_payload
 -- The jobs of a queue and kind whose payload has a key of a value (as text), oldest first:

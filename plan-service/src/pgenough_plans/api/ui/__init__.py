@@ -1,68 +1,64 @@
-"""The operators' dashboard at ``/ui``: server-rendered pages (Jinja2) on ``plans.inspect``,
-a live overview over server-sent events fed by one shared subscription, and, when enabled,
-retry and discard of failing jobs.
+"""The plan service's part of pgenough's dashboard (``pgenough.dashboard``), served at ``/ui``
+by ``pgenough-plans api`` (and ``demo``): an extension with the runs (``/ui/runs``), a run's
+detail, the Providers section of the overview (with its "plans processed / min" chart) and a
+link from each chunk job to its run; and a reader that puts the dashboard's read-only pages
+on the API's read replicas (``reader.py``).
 
-``install`` adds it to the app (static files, templates, routes, its error handler, the host
-check of ``hosts``);
-``running`` is what the app's lifespan opens for it; ``end_streams`` ends the live streams
-when the server stops (uvicorn waits for open responses before the lifespan's shutdown).
+Everything else (the queue's pages, the login, CSRF, the read-only mode, the Host check, the
+live overview) is the library's: ``plan_dashboard`` builds it with these.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from fastapi import FastAPI
-from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
-
-from pgenough_plans.api.ui import format
-from pgenough_plans.api.ui.config import UiConfig
-from pgenough_plans.api.ui.deps import Pages
-from pgenough_plans.api.ui.errors import UiError, handler
-from pgenough_plans.api.ui.hosts import DashboardGuard
-from pgenough_plans.api.ui.routes import build_router
-from pgenough_plans.api.ui.sessions import MIGRATIONS
-from pgenough_plans.api.ui.state import UiState, running
+from pgenough.core import JobRecord
+from pgenough.dashboard import Dashboard, DashboardConfig, Extension, Link, Section
+from pgenough_plans.api.replica import Replicas
+from pgenough_plans.api.ui import pages
+from pgenough_plans.api.ui.reader import replica_reader
 from pgenough_plans.ingest import inspect
-from pgenough_plans.ingest.runs import RunStatus
+from pgenough_plans.ingest.events import RUN_CHANGED
+from pgenough_plans.ingest.process import PLANS_CHANGED
 
 HERE: Final = Path(__file__).resolve().parent
+NAME: Final = "plans"
 
-__all__ = [
-    "MIGRATIONS",
-    "UiConfig",
-    "UiState",
-    "end_streams",
-    "install",
-    "running",
-]
+__all__ = ["NAME", "extension", "plan_dashboard"]
 
 
-def templates() -> Jinja2Templates:
-    t = Jinja2Templates(directory=HERE / "templates")
-    t.env.filters.update(format.FILTERS)
-    # Which run a chunk job belongs to is the plan service's knowledge, not the template's.
-    t.env.globals["chunk_run"] = inspect.chunk_run
-    t.env.globals["RunStatus"] = RunStatus
-    return t
+def run_link(job: JobRecord) -> Link | None:
+    """A chunk job's run, as the dashboard links it."""
+    run_id = inspect.chunk_run(job)
+    return None if run_id is None else Link(f"#{run_id}", f"/runs/{run_id}", "runs")
 
 
-def install(app: FastAPI, config: UiConfig) -> None:
-    """The dashboard's routes on ``app``, behind its host check; the lifespan must put a
-    ``UiState`` on ``app.state.ui``."""
-    pages = templates()
-    app.state.ui_pages = Pages(pages)  # what the routes render with (``deps.PagesDep``)
-    # Mounted before the router: its catch-all 404 page would shadow /ui/static otherwise.
-    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
-    app.include_router(build_router())
-    app.add_exception_handler(UiError, handler(pages))
-    app.add_middleware(DashboardGuard, hosts=config.allowed_hosts, render=handler(pages))
+def extension() -> Extension:
+    """The plan service's pages, overview section and job links."""
+    return Extension(
+        NAME,
+        nav=[Link("Runs", "/runs", "runs")],
+        router=pages.router,
+        templates=HERE / "templates",
+        static=HERE / "static",
+        overview=[Section("providers", "providers.html", inspect.providers_view, "providers.js")],
+        channels=[RUN_CHANGED, PLANS_CHANGED],
+        job_link=run_link,
+    )
 
 
-def end_streams(app: FastAPI) -> None:
-    """End every live stream of ``app`` now, and refuse new ones."""
-    state: UiState | None = getattr(app.state, "ui", None)
-    if state is not None:
-        state.feed.close()
+def plan_dashboard(
+    config: DashboardConfig,
+    database_url: str,
+    replicas: Callable[[], Replicas | None] | None = None,
+) -> Dashboard:
+    """pgenough's dashboard with the plan service's extension; ``replicas``: the API's read
+    replicas once it runs (None: the API has none), which its pages then read."""
+    return Dashboard(
+        config,
+        database_url=database_url,
+        extensions=[extension()],
+        reader=None if replicas is None else replica_reader(replicas),
+    )
