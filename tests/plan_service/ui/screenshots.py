@@ -1,5 +1,6 @@
-"""The pictures of the plan service's dashboard (docs/plan-service/dashboard.md), from real ingestions: ``make
-screenshots`` (or ``python -m tests.plan_service.ui.screenshots [--out DIR]``) writes
+"""The pictures of the plan service's dashboard (docs/plan-service/dashboard.md), from real
+ingestions: ``make screenshots`` (or ``python -m tests.plan_service.ui.screenshots [--out
+DIR]``) writes
 ``dashboard-overview.png`` and ``dashboard-run.png`` at 1280x800 (the queue's own dashboard:
 ``tests/dashboard/screenshots.py``).
 
