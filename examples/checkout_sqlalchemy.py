@@ -76,7 +76,9 @@ def confirm_order(ctx: TaskContext, order_id: int) -> None:
         if order_id == 1 and ctx.job.attempts == 1:
             # Fails after the writes and before the commit: all of it rolls back.
             raise RetryIn(0, "simulated failure before the commit")
-    print(f"  confirmed: order {order_id} (attempt {ctx.job.attempts})")
+    # One write per line: plain tasks run in the worker's threads, and print() writes the
+    # text and its newline apart, so two of them may interleave on one line.
+    sys.stdout.write(f"  confirmed: order {order_id} (attempt {ctx.job.attempts})\n")
 
 
 def place_order(item: str, quantity: int) -> tuple[int, int | None]:

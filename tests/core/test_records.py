@@ -28,7 +28,15 @@ _CLAIM = {
     "lease": 1.0,
     "worker": "w",
 }
-_LIST = {"state": None, "queue": None, "failing": False, "limit": 1, "before": None}
+_LIST = {
+    "state": None,
+    "queue": None,
+    "kind": None,
+    "text": None,
+    "failing": False,
+    "limit": 1,
+    "before": None,
+}
 
 STATEMENTS: list[tuple[str, type[Any], dict[str, Any]]] = [
     ("claim", Job, _CLAIM),
