@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import typer
 from click.testing import Result
 from psycopg_pool import AsyncConnectionPool
 from typer.testing import CliRunner
@@ -32,18 +33,19 @@ ANSI = "\x1b["
 ANSI_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def invoke(database_url: str, *args: str) -> Result:
-    """The command in this process, as a user would type it, against ``database_url``."""
-    return CliRunner().invoke(app, list(args), env={"DATABASE_URL": database_url})
+def invoke(database_url: str, *args: str, program: typer.Typer = app) -> Result:
+    """The command (``pgenough``'s, or ``program``'s) in this process, as a user would type
+    it, against ``database_url``."""
+    return CliRunner().invoke(program, list(args), env={"DATABASE_URL": database_url})
 
 
-async def cli(database_url: str, *args: str) -> Result:
+async def cli(database_url: str, *args: str, program: typer.Typer = app) -> Result:
     # In a thread: the command runs its own event loop (asyncio.run), as it does for users.
-    return await asyncio.to_thread(invoke, database_url, *args)
+    return await asyncio.to_thread(invoke, database_url, *args, program=program)
 
 
-async def cli_json(database_url: str, *args: str) -> Any:
-    result = await cli(database_url, *args, "--json")
+async def cli_json(database_url: str, *args: str, program: typer.Typer = app) -> Any:
+    result = await cli(database_url, *args, "--json", program=program)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)  # exactly one document, nothing else
 

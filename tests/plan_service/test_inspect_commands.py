@@ -4,7 +4,6 @@ displays (only for a terminal)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 from click.testing import Result
 from psycopg_pool import AsyncConnectionPool
-from typer.testing import CliRunner
 
 from pgenough_plans.cli import app
 from pgenough_plans.sim.server import SimServer
@@ -22,22 +20,20 @@ from tests.plan_service.test_commands import plans
 from tests.test_cli_inspect import ANSI, ANSI_CODES, one_error_line
 from tests.test_cli_inspect import cli as pgenough_cli
 from tests.test_cli_inspect import cli_json as pgenough_json
+from tests.test_cli_inspect import invoke as base_invoke
 
 
 def invoke(database_url: str, *args: str) -> Result:
     """``pgenough-plans *args`` in this process, against ``database_url``."""
-    return CliRunner().invoke(app, list(args), env={"DATABASE_URL": database_url})
+    return base_invoke(database_url, *args, program=app)
 
 
 async def cli(database_url: str, *args: str) -> Result:
-    # In a thread: the command runs its own event loop (asyncio.run), as it does for users.
-    return await asyncio.to_thread(invoke, database_url, *args)
+    return await pgenough_cli(database_url, *args, program=app)
 
 
 async def cli_json(database_url: str, *args: str) -> Any:
-    result = await cli(database_url, *args, "--json")
-    assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)  # exactly one document, nothing else
+    return await pgenough_json(database_url, *args, program=app)
 
 
 @pytest.fixture
