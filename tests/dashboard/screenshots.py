@@ -62,10 +62,11 @@ async def backfill(pool: AsyncConnectionPool) -> None:
         burst = max(0.0, math.sin((60 - minute) / 60 * math.pi * 1.4))
         ready = int(240 * burst) + rng.randrange(4)
         done = 80 + int(120 * burst) + rng.randrange(20)
-        failed = rng.choice((0, 0, 0, 1, 2))
+        failed = rng.choice((0,) * 9 + (1, 2))
         counts.append((minute, "emails", done, failed, int(failed > 1)))
         counts.append((minute, "reports", rng.randrange(3), 0, 0))
-        samples.append((minute, "emails", ready, 0, 6, 95.0 * burst + rng.random()))
+        lag = max(0.0, math.sin((56 - minute) / 60 * math.pi * 1.4))  # the age trails
+        samples.append((minute, "emails", ready, 0, 6, 95.0 * lag * lag + rng.random()))
         samples.append((minute, "reports", 0, 30, 1, 0.0))
     async with pool.connection() as conn, conn.transaction():
         for minute, queue, done, failed, dead in counts:
