@@ -67,7 +67,7 @@ RUN_ELSEWHERE = {
     DOCS / "guides" / "django.md": "tests/contrib/django/test_django_walkthrough.py",
     DOCS / "guides" / "django-tasks.md": "tests/contrib/django/test_django_walkthrough.py",
     DOCS / "index.md": "an excerpt of the first task, which tests/test_readme.py runs",
-    DOCS / "dashboard.md": "tests/dashboard/test_mount.py (mounted in a FastAPI app, as shown)",
+    DOCS / "dashboard.md": "its mount, which tests/dashboard/test_mount.py runs as written",
 }
 """The other pages with Python blocks, and what runs them."""
 

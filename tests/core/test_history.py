@@ -1,9 +1,11 @@
 """The queues over time (``pgenough.job_counts``, ``pgenough.queue_samples``): what workers
 finish is counted per queue and minute, completed jobs included (they are deleted); the
-backlog is sampled; ``queue_history`` reads both; the cleaner keeps them to their retention."""
+backlog is sampled; ``queue_history`` reads both, ``queue_trend`` one series of them in
+buckets; the cleaner keeps them to their retention."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any, cast
 
@@ -21,6 +23,7 @@ from pgenough.core import (
     enqueue,
     enqueue_many,
     queue_history,
+    queue_trend,
 )
 from pgenough.core.history import CountsFlusher, sample_queues
 from pgenough.core.queue import NewJob
@@ -114,3 +117,45 @@ async def test_the_cleaner_keeps_the_history_to_its_retention(db: AsyncConnectio
         assert result.history_deleted == 2
         points = await queue_history(conn, window=7 * 24 * 3600)
     assert len(points) == 1
+
+
+async def test_a_trend_is_every_bucket_of_one_queue_or_of_all_added_together(
+    db: AsyncConnectionPool,
+) -> None:
+    async def ok(job: Job) -> None:
+        pass
+
+    async with db.connection() as conn:
+        await enqueue_many(conn, [NewJob("ok", queue="mail") for _ in range(3)])
+        await enqueue(conn, "ok", queue="other")
+    for queue in ("mail", "other"):
+        await Worker(db, {"ok": ok}, WorkerConfig(queue=queue, maintenance=None)).run(
+            until_idle=True
+        )
+    async with db.connection() as conn:
+        await enqueue_many(conn, [NewJob("x", queue="mail") for _ in range(2)])
+        await enqueue(conn, "x", queue="other", run_at=timedelta(hours=1))
+        assert await sample_queues(conn) == 2
+        # The same depths an hour and a half ago, as if sampled then: a bucket of its own.
+        await conn.execute(
+            "INSERT INTO pgenough.queue_samples"
+            " SELECT at - interval '90 minutes', queue, ready + 5, scheduled, running, dead,"
+            " oldest_ready_age + 60 FROM pgenough.queue_samples"
+        )
+        every = await queue_trend(conn, window=6 * 3600, step=1800)
+        mail = await queue_trend(conn, window=3600, step=60, queue="mail")
+        with pytest.raises(ValueError, match="at most the window"):
+            await queue_trend(conn, window=60, step=120)
+    assert len(every) == 12 and len(mail) == 60
+    assert all(p.queue == "" for p in every) and all(p.queue == "mail" for p in mail)
+    steps = {(b.at - a.at).total_seconds() for a, b in itertools.pairwise(every)}
+    assert steps == {1800.0}
+    # Both queues added together (a minute may have turned since: counted where it fell).
+    assert sum(p.completed for p in every) == 4 and sum(p.failed + p.dead for p in every) == 0
+    sampled = [(p.ready, p.scheduled, p.running) for p in every if p.ready is not None]
+    assert sampled == [(12, 1, 0), (2, 1, 0)]
+    earlier = next(p for p in every if p.ready == 12)
+    assert earlier.oldest_ready_age is not None and earlier.oldest_ready_age >= 60
+    assert sum(p.completed for p in mail) == 3
+    # The other sample is not in the hour; this one is mail's alone.
+    assert [(p.ready, p.scheduled) for p in mail if p.ready is not None] == [(2, 0)]

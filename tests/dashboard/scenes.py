@@ -1,5 +1,6 @@
-"""Real states for the dashboard to show, made by real workers: one job in each state, and
-dead letters with real tracebacks."""
+"""Real states for the dashboard to show, made by real workers: one job in each state, dead
+letters with real tracebacks, jobs finished and the backlog sampled (the queues' history),
+and periodic tasks claimed by real replicas (one on time, one overdue)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,28 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
+    Cron,
     GiveUp,
+    Interval,
     Job,
+    NewJob,
+    Periodic,
+    PeriodicTask,
     RetryIn,
     Worker,
     WorkerConfig,
     discard_job,
     enqueue,
+    enqueue_many,
     get_job,
 )
+from pgenough.core.history import sample_queues
 
 
 @dataclass(frozen=True)
@@ -140,3 +148,67 @@ async def dead_letters(pool: AsyncConnectionPool, queue: str = "billing") -> lis
             record = await get_job(conn, job_id)
             assert record is not None and record.state == "dead", record
     return found
+
+
+async def _ok(job: Job) -> None:
+    pass
+
+
+async def _refused(job: Job) -> None:
+    raise GiveUp("mailbox full")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What ``finished`` made, as the history counts it."""
+
+    completed: dict[str, int]
+    failed: int
+    dead: int
+    ready: int
+    """Jobs left ready in ``mail`` when the backlog was sampled."""
+
+
+async def finished(pool: AsyncConnectionPool) -> Finished:
+    """Jobs finished by real workers, counted in the history as their workers stop: in
+    ``mail`` 3 completed and 1 dead-lettered (one failed attempt), in ``other`` 2 completed
+    (it has no job left: only its history says it ran); then 2 jobs ready in ``mail`` and the
+    backlog sampled, as the workers' once-a-minute duty does."""
+    async with pool.connection() as conn:
+        await enqueue_many(conn, [NewJob("ok", {"n": n}, queue="mail") for n in range(3)])
+        await enqueue(conn, "refused", {"to": "full@example.com"}, queue="mail", max_attempts=1)
+        await enqueue_many(conn, [NewJob("ok", {"n": n}, queue="other") for n in range(2)])
+    handlers = {"ok": _ok, "refused": _refused}
+    for queue in ("mail", "other"):
+        config = WorkerConfig(queue=queue, maintenance=None)
+        await Worker(pool, handlers, config, name=f"{queue}-drain").run(until_idle=True)
+    async with pool.connection() as conn:
+        await enqueue_many(conn, [NewJob("ok", {"n": n}, queue="mail") for n in range(2)])
+        assert await sample_queues(conn) >= 1
+    return Finished({"mail": 3, "other": 2}, failed=1, dead=1, ready=2)
+
+
+async def _nothing() -> None:
+    pass
+
+
+EVERY_MINUTE = PeriodicTask("heartbeat-report", Interval(60), _nothing)
+NIGHTLY = PeriodicTask("nightly-export", Cron("30 2 * * *", "Europe/Berlin"), _nothing)
+
+
+async def periodic_tasks(pool: AsyncConnectionPool) -> datetime:
+    """Two periodic tasks as real replicas claim them, at chosen database times (as
+    ``tests/core/test_periodic.py`` does): ``heartbeat-report`` claimed now by replica ``a``
+    (on time: due again within a minute); ``nightly-export`` first seen 5 days ago, run 2
+    days ago by replica ``b`` (the 2 nightly ticks between missed) and never since: overdue,
+    no replica runs it. The database's time of the claims."""
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT now()")
+        row = await cur.fetchone()
+        assert row is not None
+        now: datetime = row[0]
+        a, b = Periodic(pool, replica="a"), Periodic(pool, replica="b")
+        assert (await a.claim_at(conn, EVERY_MINUTE, now)).outcome == "run"
+        assert (await a.claim_at(conn, NIGHTLY, now - timedelta(days=5))).outcome == "recorded"
+        assert (await b.claim_at(conn, NIGHTLY, now - timedelta(days=2))).outcome == "run"
+    return now

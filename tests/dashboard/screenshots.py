@@ -1,22 +1,30 @@
 """docs/dashboard.md's pictures of the queue's dashboard, from real jobs on a core-only
 database: ``make screenshots`` (or ``python -m tests.dashboard.screenshots [--out DIR]``)
-writes ``dashboard-queues.png``, ``dashboard-failures.png`` and ``dashboard-job.png`` at
-1280x800.
+writes ``dashboard-queues.png``, ``dashboard-history.png``, ``dashboard-failures.png``,
+``dashboard-job.png``, ``dashboard-workers.png`` and ``dashboard-periodic.png`` at 1280x800.
 
 It migrates a fresh database for pgenough alone (on ``DATABASE_URL``'s server, else the
 embedded one under ``.pgenough-test/``), fails jobs with real workers (dead letters with
-their tracebacks), queues more, then shows the dashboard (actions enabled) under uvicorn, at
-the root as ``pgenough dashboard`` serves it, in Chromium. The database is dropped afterwards.
+their tracebacks), finishes others, queues more, claims periodic tasks as real replicas do
+and keeps a worker running a job, then shows the dashboard (actions enabled) under uvicorn,
+at the root as ``pgenough dashboard`` serves it, in Chromium. The hour of history before
+this minute cannot be made by workers in the time a picture takes: it is written into the
+history's tables as workers would have (``backfill``), and said so here. The database is
+dropped afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
+import random
 import uuid
 from datetime import timedelta
 from pathlib import Path
+
+from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import NewJob, enqueue_many, migrate, open_pool, start_embedded
 from pgenough.core.db import create_database, drop_database, with_database
@@ -28,7 +36,14 @@ from tests.dashboard.server import UiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "img"
-NAMES = ("dashboard-queues.png", "dashboard-failures.png", "dashboard-job.png")
+NAMES = (
+    "dashboard-queues.png",
+    "dashboard-failures.png",
+    "dashboard-job.png",
+    "dashboard-history.png",
+    "dashboard-workers.png",
+    "dashboard-periodic.png",
+)
 
 
 def server_url() -> str:
@@ -37,30 +52,62 @@ def server_url() -> str:
     return start_embedded(ROOT / ".pgenough-test", database="postgres").admin_url
 
 
-async def stage(url: str) -> int:
-    """Dead letters and waiting jobs in a few queues; the id of a dead charge."""
-    pool = await open_pool(url, max_size=4, name="pgenough-shots")
-    try:
-        async with pool.connection() as conn:
-            await migrate(conn, [MIGRATIONS])
-        dead = await scenes.dead_letters(pool)
-        await scenes.dead_letters(pool, queue="billing-eu")
-        waiting = [
-            NewJob("send_mail", {"to": f"user{n}@example.com"}, queue="emails") for n in range(240)
-        ]
-        waiting += [
-            NewJob("rebuild_report", {"day": n}, queue="reports", run_at=timedelta(hours=1))
-            for n in range(30)
-        ]
-        async with pool.connection() as conn, conn.transaction():
-            await enqueue_many(conn, waiting)
+async def backfill(pool: AsyncConnectionPool) -> None:
+    """The hour before this minute, as workers would have recorded it: each minute's jobs
+    done, failed and dead per queue (``pgenough.job_counts``) and the backlog sampled
+    (``pgenough.queue_samples``), a morning burst of e-mail drained by its workers."""
+    rng = random.Random(7)
+    counts, samples = [], []
+    for minute in range(60, 0, -1):
+        burst = max(0.0, math.sin((60 - minute) / 60 * math.pi * 1.4))
+        ready = int(240 * burst) + rng.randrange(4)
+        done = 80 + int(120 * burst) + rng.randrange(20)
+        failed = rng.choice((0,) * 9 + (1, 2))
+        counts.append((minute, "emails", done, failed, int(failed > 1)))
+        counts.append((minute, "reports", rng.randrange(3), 0, 0))
+        lag = max(0.0, math.sin((56 - minute) / 60 * math.pi * 1.4))  # the age trails
+        samples.append((minute, "emails", ready, 0, 6, 95.0 * lag * lag + rng.random()))
+        samples.append((minute, "reports", 0, 30, 1, 0.0))
+    async with pool.connection() as conn, conn.transaction():
+        for minute, queue, done, failed, dead in counts:
             await conn.execute(
-                "UPDATE pgenough.jobs SET run_at = now() - interval '95 seconds'"
-                " WHERE queue = 'emails'"
+                "INSERT INTO pgenough.job_counts (bucket, queue, completed, failed, dead)"
+                " VALUES (date_trunc('minute', now()) - %s * interval '1 minute', %s, %s, %s, %s)",
+                (minute, queue, done, failed, dead),
             )
-        return dead[0]
-    finally:
-        await pool.close()
+        for minute, queue, ready, scheduled, running, age in samples:
+            await conn.execute(
+                "INSERT INTO pgenough.queue_samples"
+                " (at, queue, ready, scheduled, running, dead, oldest_ready_age)"
+                " VALUES (date_trunc('minute', now()) - %s * interval '1 minute',"
+                " %s, %s, %s, %s, 0, %s)",
+                (minute, queue, ready, scheduled, running, age),
+            )
+
+
+async def stage(pool: AsyncConnectionPool) -> int:
+    """Dead letters, finished and waiting jobs in a few queues, their history, periodic
+    tasks; the id of a dead charge."""
+    async with pool.connection() as conn:
+        await migrate(conn, [MIGRATIONS])
+    dead = await scenes.dead_letters(pool)
+    await scenes.dead_letters(pool, queue="billing-eu")
+    waiting = [
+        NewJob("send_mail", {"to": f"user{n}@example.com"}, queue="emails") for n in range(240)
+    ]
+    waiting += [
+        NewJob("rebuild_report", {"day": n}, queue="reports", run_at=timedelta(hours=1))
+        for n in range(30)
+    ]
+    async with pool.connection() as conn, conn.transaction():
+        await enqueue_many(conn, waiting)
+        await conn.execute(
+            "UPDATE pgenough.jobs SET run_at = now() - interval '95 seconds' WHERE queue = 'emails'"
+        )
+    await scenes.finished(pool)  # and this minute's backlog sampled, the waiting jobs in it
+    await backfill(pool)
+    await scenes.periodic_tasks(pool)
+    return dead[0]
 
 
 async def shoot(url: str, out: Path, job_id: int) -> None:
@@ -70,14 +117,24 @@ async def shoot(url: str, out: Path, job_id: int) -> None:
         async with chromium_page() as page:
             await page.goto(f"{server.url}/")
             await expect(page.locator("#live")).to_have_text("live")
-            await expect(page.locator("#chart polyline")).to_have_count(1)
-            await page.screenshot(path=str(out / NAMES[0]))
+            await expect(page.locator("#backlog-chart polyline").first).to_be_visible()
+            await page.screenshot(path=str(out / NAMES[0]), full_page=True)
             await page.goto(f"{server.url}/failures?state=dead&task=charge")
             await page.locator("#failing input[name=ids]").first.check()
             await page.screenshot(path=str(out / NAMES[1]))
             await page.goto(f"{server.url}/jobs/{job_id}")
             await expect(page.locator("pre.traceback")).to_be_visible()
             await page.screenshot(path=str(out / NAMES[2]), full_page=True)
+            await page.goto(f"{server.url}/?window=1h&queue=emails#history")
+            await expect(page.locator("#backlog-chart polyline").first).to_be_visible()
+            await page.locator("#history").scroll_into_view_if_needed()
+            await page.screenshot(path=str(out / NAMES[3]))
+            await page.goto(f"{server.url}/workers")
+            await expect(page.locator("#workers li[data-job]").first).to_be_visible()
+            await page.screenshot(path=str(out / NAMES[4]))
+            await page.goto(f"{server.url}/periodic")
+            await expect(page.locator("#periodic tr.overdue")).to_be_visible()
+            await page.screenshot(path=str(out / NAMES[5]))
 
 
 async def main(out: Path) -> None:
@@ -86,8 +143,13 @@ async def main(out: Path) -> None:
     create_database(admin, name)
     url = with_database(admin, name)
     try:
-        job_id = await stage(url)
-        await shoot(url, out, job_id)
+        pool = await open_pool(url, max_size=4, name="pgenough-shots")
+        try:
+            job_id = await stage(pool)
+            async with scenes.jobs(pool):  # a worker running a job, for the workers page
+                await shoot(url, out, job_id)
+        finally:
+            await pool.close()
     finally:
         drop_database(admin, name)
     print("wrote " + ", ".join(str(out / n) for n in NAMES))

@@ -208,11 +208,18 @@ async def test_the_token_is_required_for_every_page_and_action(
     job = await noop_job(db)
     settings = ui_settings(database_url, ui_token=TOKEN, ui_actions=True)
     async with serving(settings) as (_, client):
-        for path in ("/ui/", "/ui/jobs", "/ui/jobs/1", "/ui/failures"):
+        for path in (
+            "/ui/",
+            "/ui/jobs",
+            "/ui/jobs/1",
+            "/ui/failures",
+            "/ui/workers",
+            "/ui/periodic",
+        ):
             response = await client.get(path)
             assert response.status_code == 303, path
             assert response.headers["location"].startswith("/ui/login?next=/ui/")
-        for path in ("/ui/api/overview", "/ui/events"):
+        for path in ("/ui/api/overview", "/ui/api/history", "/ui/events"):
             response = await client.get(path)
             assert response.status_code == 401, path
             assert response.json()["error"]["code"] == "UNAUTHORIZED"

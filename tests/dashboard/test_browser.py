@@ -1,6 +1,8 @@
 """The dashboard in a real browser (Chromium via Playwright) on a real uvicorn server and a
 core-only database, mounted at /queue in an application: the overview per queue and overall,
-live; jobs filtered by task and payload text; a job's traceback; dead letters retried in bulk.
+live; its history charts, drawn from the server's history again after a reload and a restart;
+jobs filtered by task and payload text; a job's traceback; dead letters retried in bulk; the
+workers page with a running worker and its job; the periodic page with an overdue task.
 Waits are Playwright's auto-waiting ``expect``, never sleeps."""
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import enqueue
+from pgenough.core import Worker, WorkerConfig, enqueue
 from tests.dashboard import scenes
 from tests.dashboard.browser import chromium_page, require_browser
 from tests.dashboard.helpers import ui_settings
@@ -60,7 +62,7 @@ async def test_the_overview_shows_each_queue_and_follows_new_work_live(
         await expect(page.locator('#failures .card[data-key="dead_recently"] .value')).to_have_text(
             "4"
         )
-        await expect(page.locator("#chart polyline")).to_have_count(1)  # the backlog
+        await expect(page.locator("#throughput-chart text.max-left")).to_have_count(1)
         loads: list[str] = []
         page.on("load", lambda _: loads.append("load"))
 
@@ -71,7 +73,7 @@ async def test_the_overview_shows_each_queue_and_follows_new_work_live(
         await expect(page.locator("#queues-total td").nth(1)).to_have_text("1")  # ready, all
         assert loads == []  # updated in place, not reloaded
 
-        await mail.locator("a").click()
+        await mail.locator("td:first-child a").click()
         await expect(page).to_have_url(re.compile(rf"{PREFIX}/jobs\?queue=mail$"))
         await expect(page.locator("#jobs tbody tr[data-job]")).to_have_count(1)
 
@@ -131,3 +133,124 @@ async def test_dead_letters_are_retried_in_bulk(
         assert page.dialogs and "every dead job matching this filter" in page.dialogs[-1]
         await expect(page.locator("#no-jobs")).to_be_visible()
         assert await states(db, [charge_bob, charge_other_ann]) == ["ready", "ready"]
+
+
+async def test_the_overviews_charts_are_drawn_from_history_after_a_reload_and_a_restart(
+    db: AsyncConnectionPool, database_url: str, page: Any
+) -> None:
+    from playwright.async_api import expect
+
+    await scenes.finished(db)
+    settings = ui_settings(database_url)
+
+    async def drawn() -> None:
+        # Completed jobs as bars, the backlog's sample as a point (a lone sample: a dot).
+        await expect(page.locator("#throughput-chart rect.tp").first).to_be_visible()
+        await expect(page.locator("#backlog-chart .ready")).to_have_count(1)
+        await expect(page.locator("#throughput-chart rect.hover")).to_have_count(60)
+        done = page.locator('#throughput-numbers dd[data-key="completed"]')
+        await expect(done).to_have_text(re.compile(r"^[56]$"))
+        await expect(page.locator('#backlog-numbers dd[data-key="ready"]')).to_have_text("2")
+        await expect(page.locator("#history-empty")).to_be_hidden()
+
+    with UiServer(settings, PREFIX) as server:
+        await page.goto(f"{server.url}{PREFIX}/")
+        await expect(page.locator("#live")).to_have_text("live")
+        await drawn()
+        bar = page.locator("#throughput-chart rect.tp").first
+        assert await bar.evaluate("b => Number(b.getAttribute('height'))") > 0
+        await page.reload()
+        await expect(page.locator("#live")).to_have_text("live")
+        await drawn()
+        await finish(db, "late")  # live, from the snapshots
+        await expect(page.locator('#throughput-numbers dd[data-key="completed"]')).to_have_text("6")
+    with UiServer(settings, PREFIX) as again:  # a new dashboard: nothing kept in it
+        await page.goto(f"{again.url}{PREFIX}/")
+        await drawn()
+        await expect(page.locator('#throughput-numbers dd[data-key="completed"]')).to_have_text("6")
+
+        # A week of one queue: its own series, refreshed from /api/history after snapshots.
+        await page.locator('#windows a[data-window="7d"]').click()
+        await expect(page).to_have_url(re.compile(rf"{PREFIX}/\?window=7d&queue=#history$"))
+        await page.locator('#history-filter select[name="queue"]').select_option("other")
+        await expect(page).to_have_url(re.compile(r"window=7d&queue=other"))
+        await expect(page.locator("#history-what")).to_have_text(
+            "queue other, the last 7 d per 2 h"
+        )
+        await expect(page.locator("#throughput-chart rect.hover")).to_have_count(84)
+        await expect(page.locator('#throughput-numbers dd[data-key="completed"]')).to_have_text("2")
+        await expect(page.locator('#queues-body tr.chosen[data-queue="other"]')).to_have_count(1)
+
+        # The last hour of it, live: what a worker finishes shows without a reload.
+        await page.locator('#windows a[data-window="1h"]').click()
+        await expect(page).to_have_url(re.compile(r"window=1h&queue=other#history$"))
+        await expect(page.locator("#live")).to_have_text("live")
+        loads: list[str] = []
+        page.on("load", lambda _: loads.append("load"))
+        await finish(db, "other")
+        # Read again after a snapshot, once 5 s have passed since the last read.
+        done = page.locator('#throughput-numbers dd[data-key="completed"]')
+        await expect(done).to_have_text("3", timeout=WAIT_MS)
+        await expect(page.locator('#queues-body tr[data-queue="other"] a.trend')).to_have_text("3")
+        assert loads == []
+
+
+async def finish(db: AsyncConnectionPool, queue: str) -> None:
+    """One more job of ``queue`` completed by a real worker (counted as it stops)."""
+
+    async def ok(job: Any) -> None:
+        pass
+
+    async with db.connection() as conn:
+        await enqueue(conn, "ok", {"n": 9}, queue=queue)
+    config = WorkerConfig(queue=queue, maintenance=None)
+    await Worker(db, {"ok": ok}, config, name=f"{queue}-more").run(until_idle=True)
+
+
+async def test_the_workers_page_shows_a_running_worker_and_its_job(
+    db: AsyncConnectionPool, database_url: str, page: Any
+) -> None:
+    from playwright.async_api import expect
+
+    async with scenes.jobs(db) as made:
+        with UiServer(ui_settings(database_url), PREFIX) as server:
+            await page.goto(f"{server.url}{PREFIX}/")
+            await expect(page.locator("#workers-card .value")).to_have_text("1")
+            await page.locator("#workers-card").click()
+            await expect(page).to_have_url(re.compile(rf"{PREFIX}/workers$"))
+            holder = page.locator(f'#workers tr[data-worker="{made.worker}"]')
+            await expect(holder).to_contain_text("alive")
+            await expect(holder).to_contain_text("slow")
+            job = holder.locator(f'li[data-job="{made.running}"]')
+            await expect(job).to_contain_text("hold")
+            await job.locator("a").click()
+            await expect(page).to_have_url(re.compile(rf"{PREFIX}/jobs/{made.running}$"))
+            await expect(page.locator("#facts")).to_contain_text(made.worker)
+
+
+async def test_the_periodic_page_shows_an_overdue_task(
+    db: AsyncConnectionPool, database_url: str, page: Any
+) -> None:
+    from playwright.async_api import expect
+
+    await scenes.periodic_tasks(db)
+    with UiServer(ui_settings(database_url), PREFIX) as server:
+        await page.goto(f"{server.url}{PREFIX}/")
+        card = page.locator("#periodic-card")
+        await expect(card).to_have_class(re.compile(r"card-bad"))
+        await expect(card).to_contain_text("periodic task overdue of 2")
+        await page.get_by_role("link", name="Periodic", exact=True).click()
+        await expect(page).to_have_url(re.compile(rf"{PREFIX}/periodic$"))
+        overdue = page.locator("#periodic tr.overdue")
+        await expect(overdue).to_have_count(1)
+        await expect(overdue).to_have_attribute("data-task", "nightly-export")
+        await expect(overdue).to_contain_text("no replica runs it")
+        await expect(overdue).to_contain_text("daily at 02:30 (Europe/Berlin)")
+        # Highlighted: the row's own background, not the table's.
+        colour = await overdue.locator("td").first.evaluate(
+            "c => getComputedStyle(c).backgroundColor"
+        )
+        assert colour == "rgb(251, 229, 226)"  # --bad-bg
+        await expect(page.locator('#periodic tr[data-task="heartbeat-report"]')).not_to_have_class(
+            re.compile("overdue")
+        )

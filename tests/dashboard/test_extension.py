@@ -46,6 +46,8 @@ async def test_an_extensions_pages_use_the_dashboards_layout_at_the_mount(
             f"{PREFIX}/",
             f"{PREFIX}/jobs",
             f"{PREFIX}/failures",
+            f"{PREFIX}/workers",
+            f"{PREFIX}/periodic",
             f"{PREFIX}/orders",
         ]
         assert f'<a href="{PREFIX}/orders" class="active">Orders</a>' in page

@@ -23,7 +23,16 @@ from tests.dashboard.server import UiServer
 pytestmark = pytest.mark.db
 
 FOREIGN = "rebound.example"
-PAGES = ("/ui/", "/ui/jobs/1", "/ui/jobs", "/ui/failures", "/ui/login", "/ui/static/ui.css")
+PAGES = (
+    "/ui/",
+    "/ui/jobs/1",
+    "/ui/jobs",
+    "/ui/failures",
+    "/ui/workers",
+    "/ui/periodic",
+    "/ui/login",
+    "/ui/static/ui.css",
+)
 
 
 async def _host_page(request: object) -> PlainTextResponse:
@@ -53,7 +62,7 @@ async def test_a_foreign_host_gets_421_and_no_page(
             assert csrf is not None
 
             foreign = {"host": f"{FOREIGN}:{server.port}"}
-            for path in (*PAGES, "/ui/events", "/ui/api/overview"):
+            for path in (*PAGES, "/ui/events", "/ui/api/overview", "/ui/api/history"):
                 response = await client.get(path, headers=foreign)
                 assert response.status_code == 421, path
                 assert "PGENOUGH_UI_ALLOWED_HOSTS" in response.text, path

@@ -75,14 +75,19 @@ async def test_mounted_in_fastapi_every_link_and_cookie_follows_the_prefix(
         assert signed.status_code == 303 and signed.headers["location"] == f"{PREFIX}/failures"
         assert f"path={PREFIX}" in signed.headers["set-cookie"].lower()
         # Every page's every link, form and script under the mount.
-        for path in ("/", "/jobs", "/failures", f"/jobs/{dead[0]}", "/nowhere"):
+        await scenes.periodic_tasks(db)
+        pages = ("/", "/?window=6h&queue=billing", "/jobs", "/failures", f"/jobs/{dead[0]}")
+        for path in (*pages, "/workers", "/periodic", "/nowhere"):
             response = await c.get(PREFIX + path)
+            assert response.status_code == (404 if path == "/nowhere" else 200), path
             page = response.text
             found = links(page)
             stray = [u for u in found if not u.startswith(f"{PREFIX}/")]
             assert found and not stray, (path, stray)
             assert f'data-base="{PREFIX}"' in page
         assert (await c.get(f"{PREFIX}/static/live.js")).status_code == 200
+        history = (await c.get(f"{PREFIX}/api/history", params={"window": "24h"})).json()
+        assert history["data"]["window"] == "24h" and history["error"] is None
         # An action, CSRF-checked, redirects back under the mount.
         page = html(await c.get(f"{PREFIX}/failures"))
         back = f"{PREFIX}/failures?state=dead"

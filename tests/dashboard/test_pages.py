@@ -31,11 +31,12 @@ async def test_the_overview_shows_each_queue_and_all_of_them(
         page = html(await client.get("/ui/"))
         body = (await client.get("/ui/api/overview")).json()
     shown = text(page)
-    # Per queue: ready, scheduled, running, dead, oldest ready, dead lately, failed attempts.
-    assert "billing 0 0 0 4 — 4 4" in shown
-    assert "ops 1 1 0 1 1 min 30 s 1 2" in shown
-    assert "slow 0 0 1 0 — 0 0" in shown
-    assert "all queues 1 1 1 5 1 min 30 s 5 6" in shown
+    # Per queue: ready, scheduled, running, dead, oldest ready, done, dead lately, failed
+    # attempts (nothing completed: every job here failed, waits or runs).
+    assert "billing 0 0 0 4 — 0 4 4" in shown
+    assert "ops 1 1 0 1 1 min 30 s 0 1 2" in shown
+    assert "slow 0 0 1 0 — 0 0 0" in shown
+    assert "all queues 1 1 1 5 1 min 30 s 0 5 6" in shown
     assert 'href="/ui/jobs?queue=billing"' in page
     assert "jobs dead-lettered" in shown and "failed job attempts" in shown
     assert "runs failed" not in shown and "Providers" not in shown  # no application's
@@ -52,7 +53,7 @@ async def test_the_overview_shows_each_queue_and_all_of_them(
 async def test_an_empty_queue_says_so(ui: Pair) -> None:
     _, client = ui
     page = text(html(await client.get("/ui/")))
-    assert "No jobs queued." in page and "all queues 0 0 0 0 — 0 0" in page
+    assert "No jobs queued." in page and "all queues 0 0 0 0 — 0 0 0" in page
 
 
 async def test_unknown_pages_are_404_pages_and_json_endpoints_say_it_in_json(ui: Pair) -> None:

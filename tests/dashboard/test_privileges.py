@@ -44,15 +44,23 @@ async def outsider(db: AsyncConnectionPool, database_url: str) -> AsyncIterator[
 async def test_missing_privileges_name_the_setting(database_url: str, outsider: str) -> None:
     settings = ui_settings(database_url, ui_database_url=outsider)
     async with serving(settings) as (_, client):
-        for path in ("/ui/", "/ui/jobs", "/ui/failures", "/ui/jobs/1"):
+        for path in (
+            "/ui/",
+            "/ui/jobs",
+            "/ui/failures",
+            "/ui/jobs/1",
+            "/ui/workers",
+            "/ui/periodic",
+        ):
             page = await client.get(path)
             assert page.status_code == 503, path
             assert page.headers["content-type"].startswith("text/html")
             assert "PGENOUGH_UI_DATABASE_URL" in page.text and "Traceback" not in page.text
             assert "lacks privileges" in page.text
-        body = (await client.get("/ui/api/overview")).json()
-        assert body["data"] is None and body["error"]["code"] == "UNAVAILABLE"
-        assert "PGENOUGH_UI_DATABASE_URL" in body["error"]["message"]
+        for api in ("/ui/api/overview", "/ui/api/history"):
+            body = (await client.get(api)).json()
+            assert body["data"] is None and body["error"]["code"] == "UNAVAILABLE"
+            assert "PGENOUGH_UI_DATABASE_URL" in body["error"]["message"]
 
     with UiServer(settings) as server:
         async with (

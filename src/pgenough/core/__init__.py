@@ -18,7 +18,7 @@ from pgenough.core.errors import (
     TaskTimeout,
     first_line,
 )
-from pgenough.core.history import QueuePoint, queue_history
+from pgenough.core.history import QueuePoint, queue_history, queue_trend
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
 from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
 from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
@@ -181,6 +181,7 @@ __all__ = [  # noqa: RUF022
     "publish",
     "queue_history",
     "queue_stats",
+    "queue_trend",
     "refresh_queue_metrics",
     "requeue_stuck",
     "rescue_expired",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -37,6 +38,8 @@ DEFAULT_HISTORY_RETENTION: Final = 7 * 24 * 3600.0
 """Seconds the counts and samples are kept."""
 DEFAULT_HISTORY_WINDOW: Final = 3600.0
 """The window ``queue_history`` reads by default: the last hour."""
+MAX_TREND_BUCKETS: Final = 10_080
+"""The most buckets ``queue_trend`` gives (a week of minutes): a chart's points are few."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ class QueuePoint:
     """Failed attempts (retried or dead-lettered)."""
     dead: int
     ready: int | None
-    """The backlog as sampled in that minute; None when no sample was taken in it."""
+    """The backlog as sampled in that minute (``queue_trend``: the largest sampled in the
+    bucket); None when no sample was taken in it."""
     scheduled: int | None
     running: int | None
     oldest_ready_age: float | None
@@ -66,6 +70,32 @@ def queue_history(
     result = yield Query(
         _Q["queue_history"],
         {"window": window, "queue": queue},
+        record=QueuePoint,
+        prepare=PLAN_EACH_TIME,
+    )
+    points: list[QueuePoint] = result.rows
+    return points
+
+
+@dual
+def queue_trend(
+    *, window: float = DEFAULT_HISTORY_WINDOW, step: float = 60.0, queue: str | None = None
+) -> Steps[list[QueuePoint]]:
+    """One series over the last ``window`` seconds in ``step``-second buckets (aligned on the
+    epoch, oldest first, the current one last, each present even when empty): of ``queue``,
+    or of every queue added together when None (``QueuePoint.queue`` is then ``""``). Each
+    has the jobs completed, attempts failed and jobs dead-lettered in it, and the largest
+    backlog sampled in it: a minute's depths of the queues added together, the oldest ready
+    age the largest of any; None where no sample was taken. What a chart draws: a week in
+    two-hour buckets is 84 points, whatever the number of queues."""
+    if step <= 0 or window < step:
+        raise ValueError(f"step must be positive and at most the window ({window:g} s): {step:g}")
+    buckets = math.ceil(window / step)
+    if buckets > MAX_TREND_BUCKETS:
+        raise ValueError(f"{buckets} buckets of {step:g} s: at most {MAX_TREND_BUCKETS}")
+    result = yield Query(
+        _Q["queue_trend"],
+        {"buckets": buckets, "step": step, "queue": queue},
         record=QueuePoint,
         prepare=PLAN_EACH_TIME,
     )

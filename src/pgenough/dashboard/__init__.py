@@ -1,7 +1,9 @@
 """The queue's dashboard: server-rendered pages (Jinja2) of every queue's jobs, a job's
-attempts with their tracebacks, the failures with bulk retry and discard, and a live overview
-over server-sent events fed by LISTEN; behind a token login, CSRF checks, a read-only mode and
-a Host allow-list. ``pip install 'pgenough[dashboard]'``; docs/dashboard.md is its manual.
+attempts with their tracebacks, the failures with bulk retry and discard, the workers and
+what each runs, the periodic tasks, and a live overview over server-sent events fed by LISTEN,
+with every queue's throughput and backlog over time; behind a token login, CSRF checks, a
+read-only mode and a Host allow-list. ``pip install 'pgenough[dashboard]'``;
+docs/dashboard.md is its manual.
 
 Served by ``pgenough dashboard``, or mounted in an application (``Dashboard``'s docstring);
 an application adds its own pages through ``Extension`` and reads where it likes through a

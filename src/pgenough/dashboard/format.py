@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 
 def count(value: int | float | None) -> str:
@@ -62,6 +63,40 @@ def relative(value: datetime | None, now: datetime) -> str:
     return f"in {seconds(delta)}" if delta > 0 else f"{seconds(-delta)} ago"
 
 
+_UNITS: Final = ((86400, "d"), (3600, "h"), (60, "min"))
+_FIVE_FIELDS: Final = re.compile(r"(\d{1,2}) (\d{1,2}|\*) \* \* \*")
+
+
+def schedule(spec: str) -> str:
+    """A periodic task's schedule (``PeriodicInfo.schedule``) for people: ``every 60.0s`` is
+    ``every 1 min``; ``cron 30 2 * * * Europe/Berlin`` is ``daily at 02:30 (Europe/Berlin)``,
+    ``cron 5 * * * * UTC`` is ``hourly at :05 (UTC)``, any other cron expression is itself with
+    its zone; any other text as is."""
+    kind, _, rest = spec.partition(" ")
+    if kind == "every" and rest.endswith("s"):
+        try:
+            every = float(rest[:-1])
+        except ValueError:
+            return spec
+        for unit, name in _UNITS:
+            if every >= unit and every % unit == 0:
+                return f"every {every / unit:g} {name}"
+        return f"every {every:g} s"
+    if kind == "cron":
+        expr, _, zone = rest.rpartition(" ")
+        if not expr:
+            return spec
+        daily = _FIVE_FIELDS.fullmatch(expr)
+        if daily and daily.group(2) != "*":
+            return f"daily at {int(daily.group(2)):02d}:{int(daily.group(1)):02d} ({zone})"
+        if daily:
+            return f"hourly at :{int(daily.group(1)):02d} ({zone})"
+        if expr == "* * * * *":
+            return f"every minute ({zone})"
+        return f"cron {expr} ({zone})"
+    return spec
+
+
 def pretty_json(value: Any) -> str:
     """A payload as an operator reads it: indented, keys in order, non-ASCII as is."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
@@ -88,4 +123,5 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "span": span,
     "relative": relative,
     "pretty_json": pretty_json,
+    "schedule": schedule,
 }

@@ -1,15 +1,13 @@
-"""The dashboard's read pages: the overview (and its JSON), the jobs (filtered by queue,
-task, state and payload text), a job with every failed attempt and its traceback, the
-failures (dead letters, with bulk actions), and the live overview's event stream.
+"""The dashboard's read pages: the overview (and its JSON) with the queues' throughput and
+backlog over a chosen window, of all of them or one (and that history's JSON), the jobs
+(filtered by queue, task, state and payload text), a job with every failed attempt and its
+traceback, the failures (dead letters, with bulk actions), the workers and what each runs,
+the periodic tasks, and the live overview's event stream.
 
 Pages read through ``View.read`` (the dashboard's reader: its own pool, unless the
 application gives another) and the core's public reads (``queue_stats``, ``list_jobs``,
-``get_job``, ``job_failures_by_queue``); the overview adds each extension's sections.
-
-Where the pages the core is getting data for will plug in (a worker registry with
-heartbeats, throughput and backlog history, periodic tasks): each is a page here, a
-``Link`` in ``NAVIGATION`` and, for history, a part of ``overview.read_overview`` and of
-``templates/overview.html`` (marked there) and ``static/live.js``.
+``get_job``, ``job_failures_by_queue``, ``queue_trend``, ``list_workers``,
+``list_periodic``); the overview adds each extension's sections.
 """
 
 from __future__ import annotations
@@ -22,13 +20,23 @@ from typing import Final
 
 from fastapi.responses import Response, StreamingResponse
 
-from pgenough.core import JOB_STATES, get_job, list_jobs, parse_job_state, queue_stats
+from pgenough.core import (
+    JOB_STATES,
+    get_job,
+    list_jobs,
+    list_periodic,
+    list_workers,
+    parse_job_state,
+    queue_stats,
+)
 from pgenough.core.failures import ERRORS_KEPT, TRACEBACKS_KEPT
+from pgenough.core.registry import ALIVE_AFTER, GONE_RETENTION
 from pgenough.dashboard import params
 from pgenough.dashboard.errors import DashboardError, not_found
 from pgenough.dashboard.extension import Link, extension_router
+from pgenough.dashboard.history import DEFAULT, WINDOWS, History, read_history, window_param
 from pgenough.dashboard.live import FeedFull
-from pgenough.dashboard.overview import Overview, read_overview, state_totals
+from pgenough.dashboard.overview import Overview, database_now, read_overview, state_totals
 from pgenough.dashboard.views import View, ViewDep, read_headers
 from pgenough.jsonable import as_json
 
@@ -41,9 +49,8 @@ NAVIGATION: Final = (
     Link("Overview", "/", "overview"),
     Link("Jobs", "/jobs", "jobs"),
     Link("Failures", "/failures", "failures"),
-    # The pages to come go here, each with its data from the core: Workers (the worker
-    # registry's heartbeats, and what each runs), Periodic (schedules, last and next run,
-    # missed ticks), and throughput and backlog history (per queue, per minute).
+    Link("Workers", "/workers", "workers"),
+    Link("Periodic", "/periodic", "periodic"),
 )
 """The dashboard's own entries of the navigation; the extensions' follow."""
 
@@ -56,16 +63,87 @@ async def _overview(view: View) -> Overview:
 
 
 @router.get("/", name="overview")
-async def overview(view: ViewDep) -> Response:
-    found = await _overview(view)
-    return view.render("overview.html", {"view": found, "data": as_json(found)}, nav="overview")
+async def overview(view: ViewDep, window: str = "", queue: str = "") -> Response:
+    chosen = window_param(window)
+    queue = params.text("queue", queue)
+    async with view.read() as conn:
+        found = await read_overview(conn, view.config.failure_window, view.ui.sections)
+        history = found.history
+        if chosen != DEFAULT or queue:
+            history = await read_history(conn, chosen, queue)
+    return view.render(
+        "overview.html",
+        {
+            "view": found,
+            "data": as_json(found),
+            "history": history,
+            "history_data": as_json(history),
+            "windows": WINDOWS,
+            "queues": _history_queues(found, queue),
+        },
+        nav="overview",
+    )
+
+
+def _history_queues(found: Overview, chosen: str) -> list[str]:
+    """The queues the history may show: those of the overview, and the one chosen."""
+    names = {q.queue for q in found.queues}
+    return sorted(names | {chosen} if chosen else names)
 
 
 @router.get("/api/overview")
 async def overview_json(view: ViewDep) -> Response:
     found = await _overview(view)
+    return _json(view, found)
+
+
+@router.get("/api/history")
+async def history_json(view: ViewDep, window: str = "", queue: str = "") -> Response:
+    chosen = window_param(window)
+    queue = params.text("queue", queue)
+    async with view.read() as conn:
+        found = await read_history(conn, chosen, queue)
+    return _json(view, found)
+
+
+def _json(view: View, found: Overview | History) -> Response:
     body = json.dumps({"data": as_json(found), "error": None})
     return Response(body, media_type="application/json", headers=read_headers(view.last_read))
+
+
+@router.get("/workers")
+async def workers(view: ViewDep) -> Response:
+    async with view.read() as conn:
+        found = await list_workers(conn)
+        now = await database_now(conn)
+    return view.render(
+        "workers.html",
+        {
+            "workers": found,
+            "alive": sum(w.alive for w in found),
+            "running": sum(w.running_count for w in found),
+            "alive_after": ALIVE_AFTER,
+            "gone_retention": GONE_RETENTION,
+            "now": now,
+        },
+        nav="workers",
+    )
+
+
+@router.get("/periodic")
+async def periodic(view: ViewDep) -> Response:
+    async with view.read() as conn:
+        found = await list_periodic(conn)
+        now = await database_now(conn)
+    return view.render(
+        "periodic.html",
+        {
+            "tasks": found,
+            "overdue": sum(t.overdue > 0 for t in found),
+            "now": now,
+        },
+        nav="periodic",
+    )
 
 
 def _filters(state: str, queue: str, task: str, text: str) -> dict[str, str]:

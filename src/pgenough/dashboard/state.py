@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 
 LISTEN_START_TIMEOUT: Final = 10.0
 PRIVILEGES: Final = (
-    "SELECT on pgenough.jobs and the application's tables the pages show (and UPDATE on"
-    " pgenough.jobs for actions; with a token, SELECT, INSERT and DELETE on"
-    " pgenough.ui_revoked_sessions)"
+    "SELECT on pgenough.jobs, job_counts, queue_samples, workers and periodic and the"
+    " application's tables the pages show (and UPDATE on pgenough.jobs for actions; with a"
+    " token, SELECT, INSERT and DELETE on pgenough.ui_revoked_sessions)"
 )
 
 

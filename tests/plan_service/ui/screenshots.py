@@ -28,7 +28,7 @@ from tests.plan_service.ui import scenes
 from tests.plan_service.ui.conftest import ui_settings
 from tests.plan_service.ui.server import UiServer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "docs" / "img"
 
 
@@ -62,7 +62,7 @@ async def shoot(url: str, out: Path, run_id: int) -> None:
         async with chromium_page() as page:
             await page.goto(f"{server.url}/ui/")
             await expect(page.locator("#live")).to_have_text("live")
-            await expect(page.locator("#chart polyline")).to_have_count(1)
+            await expect(page.locator("#throughput-chart text.max-left")).to_have_count(1)
             await expect(page.locator("#plans-chart rect.tp").first).to_be_visible()
             await page.screenshot(path=str(out / "dashboard-overview.png"))
             await page.goto(f"{server.url}/ui/runs/{run_id}")

@@ -74,7 +74,7 @@ async def test_a_dead_chunk_is_retried_by_clicking_retry(
         # From the overview's queue (as the live view draws it) to the jobs page, to one job.
         await page.goto(f"{server.url}/ui/")
         await expect(page.locator("#live")).to_have_text("live")
-        await page.locator('#queues-body tr[data-queue="plans"] a').click()
+        await page.locator('#queues-body tr[data-queue="plans"] td:first-child a').click()
         await expect(page).to_have_url(re.compile(r"/ui/jobs\?queue=plans$"))
         await expect(page.locator("#jobs")).to_contain_text(f"#{staged.run_id}")  # its run
         first = page.locator("#jobs tbody tr[data-job]").first

@@ -44,6 +44,60 @@ FULL JOIN (SELECT * FROM pgenough.queue_samples
     ON s.at = c.bucket AND s.queue = c.queue
 ORDER BY 1, 2
 
+-- name: queue_trend
+-- Every %(step)s-second bucket (aligned on the epoch) of the last %(buckets)s, the current one
+-- last, each present even when empty, of one queue or of every queue added together: jobs
+-- completed, attempts failed and jobs dead-lettered in it, and the largest backlog sampled in
+-- it. A sampled minute's depths add the chosen queues' together (a queue with no jobs then has
+-- no row: 0); the oldest ready age is the largest of any. No sample in a bucket: NULLs.
+WITH buckets AS (
+    SELECT generate_series(
+               date_bin(%(step)s * interval '1 second', now(), timestamptz 'epoch')
+                   - (%(buckets)s - 1) * %(step)s * interval '1 second',
+               date_bin(%(step)s * interval '1 second', now(), timestamptz 'epoch'),
+               %(step)s * interval '1 second') AS at
+),
+counts AS (
+    SELECT date_bin(%(step)s * interval '1 second', bucket, timestamptz 'epoch') AS at,
+           sum(completed) AS completed, sum(failed) AS failed, sum(dead) AS dead
+    FROM pgenough.job_counts
+    WHERE bucket >= (SELECT min(at) FROM buckets)
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    GROUP BY 1
+),
+minutes AS (
+    SELECT at,
+           coalesce(sum(ready) FILTER (WHERE %(queue)s::text IS NULL OR queue = %(queue)s), 0)
+               AS ready,
+           coalesce(sum(scheduled) FILTER (WHERE %(queue)s::text IS NULL OR queue = %(queue)s), 0)
+               AS scheduled,
+           coalesce(sum(running) FILTER (WHERE %(queue)s::text IS NULL OR queue = %(queue)s), 0)
+               AS running,
+           coalesce(max(oldest_ready_age)
+                    FILTER (WHERE %(queue)s::text IS NULL OR queue = %(queue)s), 0)
+               AS oldest_ready_age
+    FROM pgenough.queue_samples
+    WHERE at >= (SELECT min(at) FROM buckets)
+    GROUP BY at
+),
+samples AS (
+    SELECT date_bin(%(step)s * interval '1 second', at, timestamptz 'epoch') AS at,
+           max(ready) AS ready, max(scheduled) AS scheduled, max(running) AS running,
+           max(oldest_ready_age) AS oldest_ready_age
+    FROM minutes
+    GROUP BY 1
+)
+SELECT b.at, coalesce(%(queue)s::text, '') AS queue,
+       coalesce(c.completed, 0)::bigint AS completed,
+       coalesce(c.failed, 0)::bigint AS failed,
+       coalesce(c.dead, 0)::bigint AS dead,
+       s.ready::bigint AS ready, s.scheduled::bigint AS scheduled,
+       s.running::bigint AS running, s.oldest_ready_age
+FROM buckets b
+LEFT JOIN counts c ON c.at = b.at
+LEFT JOIN samples s ON s.at = b.at
+ORDER BY b.at
+
 -- name: delete_old_counts
 -- The cleaner: counts older than the retention, in batches.
 DELETE FROM pgenough.job_counts
