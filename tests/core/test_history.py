@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from datetime import timedelta
 from typing import Any, cast
+from unittest.mock import ANY
 
 import psycopg
 import pytest
@@ -93,9 +94,15 @@ async def test_the_backlog_is_sampled_and_read_with_the_counts(db: AsyncConnecti
         assert await sample_queues(conn) == 1
         assert await sample_queues(conn) == 0  # one sample per queue and minute
         [point] = await queue_history(conn, window=600)
+        # Emptied, a queue is still sampled, at zero, for an hour after its last sample.
+        await conn.execute("UPDATE pgenough.queue_samples SET at = at - interval '1 minute'")
+        await conn.execute("DELETE FROM pgenough.jobs")
+        assert await sample_queues(conn) == 1
+        emptied = await queue_history(conn, window=600)
     assert (point.queue, point.ready, point.scheduled, point.running) == ("mail", 3, 1, 0)
     assert point.oldest_ready_age is not None and point.oldest_ready_age >= 0
     assert point.completed == 0
+    assert [(p.ready, p.scheduled, p.oldest_ready_age) for p in emptied] == [(3, 1, ANY), (0, 0, 0)]
 
 
 async def test_the_cleaner_keeps_the_history_to_its_retention(db: AsyncConnectionPool) -> None:

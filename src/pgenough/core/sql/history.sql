@@ -12,17 +12,29 @@ ON CONFLICT (bucket, queue) DO UPDATE
 
 -- name: sample_queues
 -- The sampling duty: every queue's depths now, one row per queue at this minute (a second
--- sample in the same minute, from a replica whose tick came late, keeps the first).
+-- sample in the same minute, from a replica whose tick came late, keeps the first). A queue
+-- that has emptied (its jobs completed and deleted) is still sampled, at zero, for an hour
+-- after its last sample: its backlog is drawn down to nothing, not left with a gap.
 INSERT INTO pgenough.queue_samples (at, queue, ready, scheduled, running, dead, oldest_ready_age)
-SELECT date_trunc('minute', now()), queue,
-       count(*) FILTER (WHERE state = 'ready' AND run_at <= now()),
-       count(*) FILTER (WHERE state = 'ready' AND run_at > now()),
-       count(*) FILTER (WHERE state = 'running'),
-       count(*) FILTER (WHERE state = 'dead'),
-       coalesce(extract(epoch FROM now() - min(run_at)
-                FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8
-FROM pgenough.jobs
-GROUP BY queue
+SELECT date_trunc('minute', now()), q.queue,
+       coalesce(d.ready, 0), coalesce(d.scheduled, 0), coalesce(d.running, 0),
+       coalesce(d.dead, 0), coalesce(d.oldest_ready_age, 0)
+FROM (
+    SELECT queue FROM pgenough.jobs GROUP BY queue
+    UNION
+    SELECT queue FROM pgenough.queue_samples WHERE at > now() - interval '1 hour'
+) q
+LEFT JOIN (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE state = 'ready' AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           extract(epoch FROM now() - min(run_at)
+                   FILTER (WHERE state = 'ready' AND run_at <= now()))::float8 AS oldest_ready_age
+    FROM pgenough.jobs
+    GROUP BY queue
+) d USING (queue)
 ON CONFLICT (at, queue) DO NOTHING
 
 -- name: queue_history
