@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -58,10 +59,11 @@ def server_url(embedded: EmbeddedServer | None) -> str:
     return with_database(os.environ["DATABASE_URL"], "postgres")
 
 
-@pytest.fixture(scope="session")
-def database_url(server_url: str) -> Iterator[str]:
-    """A database created for this test run (and xdist worker), migrated, dropped at the end."""
-    name = f"pgenough_test_{WORKER}_{uuid.uuid4().hex[:10]}"
+@contextmanager
+def test_database(server_url: str, purpose: str) -> Iterator[str]:
+    """A database made for this test run (and xdist worker), with the tests' own tables,
+    dropped at the end; ``purpose`` names it."""
+    name = f"pgenough_test_{purpose}{WORKER}_{uuid.uuid4().hex[:10]}"
     create_database(server_url, name)
     url = with_database(server_url, name)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -77,6 +79,13 @@ def database_url(server_url: str) -> Iterator[str]:
         yield url
     finally:
         drop_database(server_url, name)
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A database created for this test run (and xdist worker), migrated, dropped at the end."""
+    with test_database(server_url, "") as url:
+        yield url
 
 
 CORE_TABLES = (

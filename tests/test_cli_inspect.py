@@ -25,6 +25,7 @@ from pgenough.core import enqueue, get_job, list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.jsonable import as_json
 from pgenough_plans.cli import app as plan_app
+from tests.core.test_repair import doomed_and_stuck
 from tests.dashboard import scenes
 from tests.helpers.procs import ROOT
 
@@ -70,16 +71,7 @@ pytestmark = pytest.mark.db
 
 async def test_discard_and_requeue_stuck(db: AsyncConnectionPool, database_url: str) -> None:
     async with db.connection() as conn:
-        doomed = await enqueue(conn, "noop", queue="ops")
-        stuck = await enqueue(conn, "noop", queue="ops")
-        assert doomed is not None and stuck is not None
-        # What a worker killed mid-job leaves behind: a claim whose lease has run out.
-        await conn.execute(
-            "UPDATE pgenough.jobs SET state = 'running', attempts = 1, worker = 'gone',"
-            " claimed_at = now() - interval '2 min', lease_until = now() - interval '1 min'"
-            " WHERE id = %s",
-            (stuck,),
-        )
+        doomed, stuck = await doomed_and_stuck(conn)
 
     discarded = await cli_json(database_url, "discard", str(doomed))
     assert (discarded["id"], discarded["state"]) == (doomed, "cancelled")

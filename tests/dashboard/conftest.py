@@ -1,17 +1,25 @@
-"""The dashboard's tests: the session's database migrated for it (the core and the ``ui``
-track, nothing else: no application's tables), and its table emptied with the core's."""
+"""The dashboard's tests: a database of their own (the plan service's tests migrate theirs
+into the session's), migrated for it (the core and the ``ui`` track, nothing else: no
+application's tables), and its table emptied with the core's."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import migrate, open_pool
 from pgenough.dashboard import MIGRATIONS
-from tests.conftest import CORE_TABLES
+from tests.conftest import CORE_TABLES, test_database
 from tests.dashboard.helpers import Pair, serving, ui_settings
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """The dashboard's own database for this run (and xdist worker): the core's schema only."""
+    with test_database(server_url, "dashboard_") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

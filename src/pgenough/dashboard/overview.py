@@ -11,7 +11,7 @@ extension's ``Section.read``, on one connection; the totals are summed here, wit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -42,37 +42,25 @@ NO_JOBS: Final = QueueStats("", 0, 0, 0, 0, 0, 0.0)
 
 
 @dataclass(frozen=True)
-class QueueView:
-    """One queue (or all of them, ``queue == ALL_QUEUES``) as the overview shows it."""
+class QueueView(QueueStats):
+    """One queue (or all of them, ``queue == ALL_QUEUES``) as the overview shows it: its
+    depths (``QueueStats``), and what failed and was done in the window."""
 
-    queue: str
-    ready: int
-    scheduled: int
-    running: int
-    dead: int
-    cancelled: int
-    oldest_ready_age: float
-    """Seconds the oldest runnable job has waited; 0 when none is ready."""
-    dead_recently: int
+    dead_recently: int = 0
     """Jobs dead-lettered in the window."""
-    attempts_failed: int
+    attempts_failed: int = 0
     """Failed attempts recorded in the window (on jobs still kept)."""
-    done: int
+    done: int = 0
     """Jobs completed in the window (the workers' counts: completed jobs are deleted)."""
 
     @classmethod
     def of(cls, stats: QueueStats, failures: JobFailures, done: int) -> QueueView:
+        depths = {f.name: getattr(stats, f.name) for f in fields(QueueStats)}
         return cls(
-            stats.queue,
-            stats.ready,
-            stats.scheduled,
-            stats.running,
-            stats.dead,
-            stats.cancelled,
-            stats.oldest_ready_age,
-            failures.dead,
-            failures.attempts_failed,
-            done,
+            **depths,
+            dead_recently=failures.dead,
+            attempts_failed=failures.attempts_failed,
+            done=done,
         )
 
 
@@ -124,9 +112,9 @@ def totals(queues: Sequence[QueueView]) -> QueueView:
         total("dead"),
         total("cancelled"),
         max((q.oldest_ready_age for q in queues if q.ready), default=0.0),
-        total("dead_recently"),
-        total("attempts_failed"),
-        total("done"),
+        dead_recently=total("dead_recently"),
+        attempts_failed=total("attempts_failed"),
+        done=total("done"),
     )
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import discard_job, enqueue, get_job, queue_stats, repair
+from pgenough.core import enqueue, get_job, repair
 from pgenough.jsonable import as_json
 from pgenough_plans.ingest import inspect
 from pgenough_plans.sim.server import SimServer
@@ -128,56 +127,6 @@ async def test_a_dead_chunk_is_seen_retried_and_its_run_completes(
         assert await inspect.failed_jobs(conn) == []
     assert run is not None and run.status == "PROCESSED" and run.jobs == []
     assert run.plans_written == staged.plans_staged
-
-
-async def test_discard_cancels_and_requeue_stuck_takes_back_expired_leases(
-    db: AsyncConnectionPool,
-) -> None:
-    async with db.connection() as conn:
-        doomed = await enqueue(conn, "noop", queue="ops")
-        stuck = await enqueue(conn, "noop", queue="ops")
-        assert doomed is not None and stuck is not None
-        # What a worker killed mid-job leaves behind: a claim whose lease has run out.
-        await conn.execute(
-            "UPDATE pgenough.jobs SET state = 'running', attempts = 1, worker = 'gone',"
-            " claimed_at = now() - interval '2 min', lease_until = now() - interval '1 min'"
-            " WHERE id = %s",
-            (stuck,),
-        )
-        discarded = await repair.discard(conn, doomed)
-        result = await repair.requeue_stuck(conn)
-        rescued = await get_job(conn, stuck)
-    assert discarded.state == "cancelled"
-    assert (result.retried, result.dead) == (1, 0)
-    assert rescued is not None and rescued.state == "ready" and rescued.worker is None
-
-
-async def test_job_counts_per_queue_and_state(db: AsyncConnectionPool) -> None:
-    async with db.connection() as conn:
-        assert await queue_stats(conn) == []
-        for _ in range(2):
-            await enqueue(conn, "noop", queue="ops")
-        await enqueue(conn, "noop", queue="ops", run_at=timedelta(hours=1))
-        doomed = await enqueue(conn, "noop", queue="ops")
-        assert doomed is not None
-        await discard_job(conn, doomed)
-        dead = await enqueue(conn, "noop", queue="mail")
-        await conn.execute(
-            "UPDATE pgenough.jobs SET state = 'dead', finished_at = now() WHERE id = %s", (dead,)
-        )
-        counts = await queue_stats(conn)
-    by_state = [(c.queue, c.ready, c.scheduled, c.running, c.dead, c.cancelled) for c in counts]
-    assert by_state == [("mail", 0, 0, 0, 1, 0), ("ops", 2, 1, 0, 0, 1)]
-    assert inspect.state_totals(counts) == {"ready": 3, "running": 0, "dead": 1, "cancelled": 1}
-    assert inspect.state_totals(counts, "mail") == {
-        "ready": 0,
-        "running": 0,
-        "dead": 1,
-        "cancelled": 0,
-    }
-    assert inspect.state_totals(counts, "nowhere") == dict.fromkeys(
-        ("ready", "running", "dead", "cancelled"), 0
-    )
 
 
 async def test_chunk_run_names_the_run_of_chunk_jobs_only(db: AsyncConnectionPool) -> None:

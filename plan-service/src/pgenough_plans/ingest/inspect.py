@@ -14,14 +14,12 @@ Repairs go only through the core's documented operations (``retry_job``, ``retry
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg.rows import dict_row
 
 from pgenough.core import (
-    JOB_STATES,
     AsyncConn,
     JobRecord,
     QueueStats,
@@ -64,7 +62,6 @@ __all__ = [
     "overview",
     "provider_names",
     "providers_view",
-    "state_totals",
 ]
 
 _Q = named_queries("pgenough_plans.ingest", "inspect")
@@ -179,17 +176,6 @@ async def get_run(conn: AsyncConn, run_id: int) -> RunDetail | None:
     )
     fields = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
     return RunDetail(**fields, row_failures=row_failures, jobs=jobs)
-
-
-def state_totals(counts: Sequence[QueueStats], queue: str | None = None) -> dict[str, int]:
-    """Jobs per state of ``JOB_STATES`` (of one ``queue``, or all) from ``queue_stats``: the
-    scheduled count among the ready, as ``list_jobs(state="ready")`` lists them."""
-    totals: dict[str, int] = dict.fromkeys(JOB_STATES, 0)
-    for c in counts:
-        if queue is None or c.queue == queue:
-            for state, n in c.by_state().items():
-                totals[state] += n
-    return totals
 
 
 def chunk_run(job: JobRecord) -> int | None:
