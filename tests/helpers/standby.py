@@ -4,8 +4,10 @@
 trust authentication for local and replication connections, unix sockets in the directory,
 free ports), starts it, clones it with ``pg_basebackup -R -X stream`` once per standby
 (``standbys``, 1 by default) and starts each clone as a hot standby of the primary. It can
-pause and resume a standby's replay, stop and start a standby (each method takes the
-standby's index, the first by default), and always stops them all in ``close``.
+pause and resume a standby's replay, stop and start a standby, freeze one (``frozen``: every
+process of it stopped with SIGSTOP, its sockets left open, as a hung VM or disk leaves them)
+(each method takes the standby's index, the first by default), and always stops them all in
+``close``.
 
 ``standbys=0`` is a lone server. ``listen`` gives it TCP addresses to listen on besides its
 socket directory (every client of those addresses trusted: the multi-host tests' links), and
@@ -45,7 +47,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Final
 
@@ -211,6 +213,28 @@ class StandbyPair:
 
     def stop_standby(self, i: int = 0) -> None:
         self._stop(self.standby_dirs[i])
+
+    def _processes(self, data: Path) -> list[int]:
+        """The server's postmaster and every process it forked."""
+        postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(
+            ["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        return [postmaster, *map(int, children)]
+
+    @contextmanager
+    def frozen(self, i: int = 0) -> Iterator[None]:
+        """Standby ``i`` stopped (SIGSTOP, the postmaster first so that it forks no more) for
+        the block, its connections open; continued (SIGCONT) however the block ends."""
+        pids = self._processes(self.standby_dirs[i])
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            yield
+        finally:
+            for pid in reversed(pids):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def _standby_url(self, i: int) -> str:
         return self.url(self.standby_ports[i])

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough_plans.api.cache import ResponseCache
@@ -84,7 +86,29 @@ def test_an_idle_primary_is_no_lag_and_a_stuck_replica_grows_past_the_bound() ->
         assert replica.lag_at(500) >= clock.now - written  # never less than the truth
     assert replica.lag_at(500) > 1.0
     assert replica.lag_at(900) <= PROBE_INTERVAL
-    assert replica.lag_at(100) == math.inf  # behind every kept sample
+    # Behind every kept sample: at least the oldest one's age, a number (it answers).
+    assert math.isfinite(replica.lag_at(100)) and replica.lag_at(100) >= clock.now - written
+
+
+def test_the_lag_of_a_replica_far_past_the_bound_is_still_measured() -> None:
+    """A 1 s bound, a replica stuck for 100 s while the primary writes on: its lag is known
+    to the probe interval (the primary's positions are kept for LAG_HISTORY, not the bound),
+    and an idle primary keeps one sample, not one per probe."""
+    clock = Clock()
+    replica = Lag(max_lag=1.0, clock=clock)
+    for _ in range(400):  # 100 idle seconds
+        replica.sample_primary(500)
+        clock.now += PROBE_INTERVAL
+    assert len(replica._samples) == 1
+    last_idle = clock.now - PROBE_INTERVAL  # when 500 was last the primary's position
+    written_at = {}
+    for position in range(501, 901):  # 100 s of writes
+        written_at[position] = clock.now
+        replica.sample_primary(position)
+        clock.now += PROBE_INTERVAL
+    assert replica.lag_at(500) == pytest.approx(clock.now - last_idle)  # 100.25 s
+    assert replica.lag_at(700) == pytest.approx(clock.now - written_at[700])
+    assert Lag(max_lag=1.0, clock=clock).lag_at(10) == math.inf  # nothing sampled yet
 
 
 # On a real primary and standby.
@@ -168,10 +192,18 @@ async def test_past_the_lag_bound_searches_read_the_primary(
         await until(lambda: replica.reading == PRIMARY, "the lag passes the bound")
         assert ids(await client.get(PAGE)) == [PLAN_A.id]  # fresh: read on the primary
 
+        # Well past the bound (the primary writes on), the replica answers: its lag is a
+        # number, not null (it was while the primary's positions were kept for the bound only).
+        async def far_behind() -> bool:
+            await add_plans(primary, Plan(f"w{time.monotonic_ns()}", "2030-01-01T00:00:00Z", None))
+            return replica.lag > 4.0
+
+        await until(far_behind, "the lag passes 4 s")
         ready = (await client.get("/health/ready")).json()["data"]
         assert ready["status"] == "ready"
         assert ready["replica"]["reading"] == PRIMARY
-        assert ready["replica"]["lag_seconds"] > 1.0
+        assert ready["replica"]["lag_seconds"] > 4.0
+        assert ready["replica"]["replicas"][0]["up"] is True
         label = fresh.standby_label()
         assert ready["replica"]["replicas"][0]["replica"] == label
         lag = next(
@@ -226,3 +258,86 @@ async def test_a_stopped_replica_is_read_around_then_read_again(
 
 async def _ids_of(client: httpx.AsyncClient, expected: list[str]) -> bool:
     return ids(await client.get(PAGE)) == expected
+
+
+def _sleeping_searches(pair: StandbyPair) -> int:
+    """Searches asleep in ``api_search_delay`` on the standby."""
+    with psycopg.connect(pair.standby_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE state = 'active' AND query LIKE '%pg_sleep%' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.slow
+async def test_a_frozen_replica_holds_no_search_and_the_api_stays_ready(
+    fresh: StandbyPair, primary: AsyncConnectionPool
+) -> None:
+    """Every process of the standby stopped (SIGSTOP, sockets open) with six searches asleep on
+    it and two clients searching on: the six are cut at the API's deadline (the search timeout
+    + 1 s) and answered by the primary while the standby is still frozen; every search of the
+    clients is answered too, /health/ready stays ready and says the replica is away; continued,
+    the replica is read again. (Before the deadline every search on it waited for as long as
+    the freeze, since neither the server's statement timeout nor TCP keepalives can fire.)"""
+    await add_plans(primary, PLAN_A)
+    fresh.wait_replayed()
+    overrides = {"api_cache_ttl": 0.0, "api_search_delay": 1.0, "api_search_timeout": 2.0}
+    async with serving(settings(fresh, **overrides)) as (app, client):
+        api = state(app)
+        replica = api.replicas
+        assert replica is not None and replica.reading == REPLICA
+        assert api.config.read_deadline == 3.0
+
+        async def timed_search() -> tuple[int, float]:
+            started = time.monotonic()
+            response = await client.get(PAGE)
+            if response.status_code == 200:
+                assert ids(response) == [PLAN_A.id]
+            return response.status_code, time.monotonic() - started
+
+        in_flight = [asyncio.create_task(timed_search()) for _ in range(6)]
+        await until(lambda: _sleeping_searches(fresh) >= 6, "six searches asleep on the standby")
+        answered: list[tuple[int, float]] = []
+        ready: list[dict[str, Any]] = []
+        with fresh.frozen():
+            done = asyncio.Event()
+
+            async def searching() -> None:
+                while not done.is_set():
+                    answered.append(await timed_search())
+
+            clients = [asyncio.create_task(searching()) for _ in range(2)]
+            # Answered while the standby is still frozen: well before the 30 s allowed.
+            results = await asyncio.wait_for(asyncio.gather(*in_flight), WAIT)
+            await until(lambda: replica.reading == PRIMARY, "the frozen replica passed over")
+            for _ in range(3):
+                response = await client.get("/health/ready")
+                assert response.status_code == 200, response.text
+                ready.append(response.json()["data"])
+            await until(lambda: len(answered) >= 6, "the clients' searches answered")
+            done.set()
+            await asyncio.wait_for(asyncio.gather(*clients), WAIT)
+        assert [status for status, _ in results] == [200] * 6
+        # Cut at the deadline, then read on the primary (1 s asleep there too).
+        assert all(seconds < WAIT for _, seconds in results)
+        assert {status for status, _ in answered} == {200}
+        for data in ready:
+            assert data["status"] == "ready"
+            assert data["replica"]["reading"] == PRIMARY
+            assert data["replica"]["replicas"][0]["up"] is False
+
+        await until(lambda: replica.reading == REPLICA, "the replica read again once continued")
+        reads = REGISTRY.get_sample_value(
+            "pgenough_api_replica_reads_total",
+            {"reader": "search", "target": "replica", "replica": fresh.standby_label()},
+        )
+        status, _ = await timed_search()
+        assert status == 200
+        assert (
+            REGISTRY.get_sample_value(
+                "pgenough_api_replica_reads_total",
+                {"reader": "search", "target": "replica", "replica": fresh.standby_label()},
+            )
+            == (reads or 0) + 1
+        )

@@ -18,6 +18,10 @@ A client that stops reading would otherwise hold its slot, its connection and it
 (the server's ``ABORT`` extension, ``pgenough_plans.api.server``), since a close would wait for the
 client to read what is buffered.
 
+A search read on a replica that stops answering (frozen, its sockets open) is abandoned at
+the API's own deadline (``replica.deadline``: the search timeout plus a margin) and read again
+on the primary; a stream whose page passes that deadline is cut (reason ``deadline``).
+
 A stream cut after its status line was sent (a page past its statement timeout, the stream
 past ``stream_timeout``, the database gone) cannot become an error response: the connection
 is closed before the body is complete (no final chunk), so the client sees a truncated
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -46,7 +51,7 @@ from pgenough.core import first_line
 from pgenough_plans.api import metrics
 from pgenough_plans.api.deps import ApiState
 from pgenough_plans.api.errors import TooBusy, Unavailable
-from pgenough_plans.api.replica import read_connection
+from pgenough_plans.api.replica import Lag, ReplicaStalled, deadline, read_connection
 from pgenough_plans.api.search import Page, Q, SearchQuery, fetch_page
 
 log = logging.getLogger(__name__)
@@ -121,52 +126,89 @@ async def search(api: ApiState, query: SearchQuery, *, head: bool = False) -> Re
             return cached.response()
     generation = api.cache.generation
     config = api.config
-    streamed = query.limit is None
     stack = AsyncExitStack()
     try:
         await stack.enter_async_context(api.bulkhead.slot())
         with database_errors(config.search_timeout):
-            read = await read_connection(api.replicas, api.pool, stack, config.pool_timeout)
-            conn, replayed = read.conn, read.replayed
-            pooled = config.behind_pooler
-            if pooled:
-                # The first page in a transaction of its own, with its timeout (two round
-                # trips more than a direct search: BEGIN and the timeout; COMMIT at the end).
-                await conn.execute(Q["begin_read"])
-                stack.push_async_callback(_end_snapshot, conn)
-                await _timed(conn, config.search_timeout)
-            if config.search_delay:
-                await conn.execute(Q["delay"], {"seconds": config.search_delay})
-            page = await fetch_page(conn, query, query.after, query.offset)
-            if streamed and page.more:
-                # Too large for one piece: every page, this one again, from one snapshot. A
-                # range that fits one page (the common search) pays no BEGIN and ROLLBACK.
-                stack.enter_context(api.bulkhead.stream())
-                if pooled:
-                    await conn.execute(Q["end_snapshot"])  # the first page's transaction
-                await conn.execute(Q["snapshot"])
-                stack.push_async_callback(_end_snapshot, conn)
-                if pooled:
-                    await _timed(conn, config.search_timeout)
-                page = await fetch_page(conn, query, query.after, query.offset)
-        if not (streamed and page.more):
+            try:
+                first = await _first_page(api, query, stack, replicas=True)
+            except ReplicaStalled as exc:
+                # Cut at its deadline and passed over: the primary answers instead.
+                log.warning("%s: the search reads the primary", first_line(exc))
+                first = await _first_page(api, query, stack, replicas=False)
+        if not first.streams:
             await stack.aclose()
-            answer = answer_of(page, query)
+            answer = answer_of(first.page, query)
             if key is not None:
-                api.cache.put(key, answer, generation, replayed)
+                api.cache.put(key, answer, generation, first.replayed)
             return answer.response()
     except BaseException:
         await stack.aclose()
         raise
     return Stream(
         query,
-        conn,
-        page,
+        first.conn,
+        first.page,
         stack,
         config.stream_timeout,
         config.stream_stall_timeout,
         head=head,
+        replica=first.replica,
+        deadline=config.read_deadline,
     )
+
+
+@dataclass(frozen=True)
+class _First:
+    """A search's first page, and the connection (held by the search's stack) it was read on."""
+
+    conn: psycopg.AsyncConnection[Any]
+    page: Page
+    replayed: int | None
+    replica: Lag | None
+    streams: bool
+    """More pages follow, from the snapshot open on ``conn``."""
+
+
+async def _first_page(
+    api: ApiState, query: SearchQuery, stack: AsyncExitStack, *, replicas: bool
+) -> _First:
+    """Read the first page on a replica (``replicas``, when the API has some) or the primary,
+    with everything it holds pushed on ``stack`` once it succeeds; on a failure it holds
+    nothing (a replica's cut connection back to its pool, to be discarded)."""
+    config = api.config
+    streamed = query.limit is None
+    async with AsyncExitStack() as held:
+        read = await read_connection(
+            api.replicas if replicas else None, api.pool, held, config.pool_timeout
+        )
+        conn = read.conn
+        with deadline(conn, config.read_deadline, read.replica):
+            pooled = config.behind_pooler
+            if pooled:
+                # The first page in a transaction of its own, with its timeout (two round
+                # trips more than a direct search: BEGIN and the timeout; COMMIT at the end).
+                await conn.execute(Q["begin_read"])
+                held.push_async_callback(_end_snapshot, conn)
+                await _timed(conn, config.search_timeout)
+            if config.search_delay:
+                await conn.execute(Q["delay"], {"seconds": config.search_delay})
+            page = await fetch_page(conn, query, query.after, query.offset)
+        streams = streamed and page.more
+        if streams:
+            # Too large for one piece: every page, this one again, from one snapshot. A
+            # range that fits one page (the common search) pays no BEGIN and ROLLBACK.
+            held.enter_context(api.bulkhead.stream())
+            with deadline(conn, config.read_deadline, read.replica):
+                if pooled:
+                    await conn.execute(Q["end_snapshot"])  # the first page's transaction
+                await conn.execute(Q["snapshot"])
+                held.push_async_callback(_end_snapshot, conn)
+                if pooled:
+                    await _timed(conn, config.search_timeout)
+                page = await fetch_page(conn, query, query.after, query.offset)
+        stack.push_async_exit(held.pop_all())
+    return _First(conn, page, read.replayed, read.replica, streams)
 
 
 class Stream(Response):
@@ -186,6 +228,8 @@ class Stream(Response):
         stall_timeout: float,
         *,
         head: bool = False,
+        replica: Lag | None = None,
+        deadline: float = math.inf,
     ) -> None:
         super().__init__(None, media_type=MEDIA_TYPE)
         # No Content-Length: the length is known only at the end (chunked transfer). A HEAD
@@ -200,6 +244,10 @@ class Stream(Response):
         self.timeout = timeout
         self.stall_timeout = stall_timeout
         self.head = head
+        self.replica = replica
+        """The replica ``conn`` reads (None: the primary)."""
+        self.deadline = deadline
+        """Seconds a page may take on a replica before the stream is cut."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with self.stack:
@@ -233,7 +281,8 @@ class Stream(Response):
             async with asyncio.timeout(self.timeout):
                 await self._send(send, PREFIX + page.events.encode())
                 while page.last is not None:
-                    page = await fetch_page(self.conn, self.query, page.last, 0)
+                    with deadline(self.conn, self.deadline, self.replica):
+                        page = await fetch_page(self.conn, self.query, page.last, 0)
                     pages += 1
                     if gone.is_set():
                         return False  # the client left: nobody to send the rest to
@@ -254,6 +303,8 @@ class Stream(Response):
         except psycopg.errors.QueryCanceled:
             metrics.SEARCH_TIMEOUTS.inc()
             reason, why = "statement_timeout", "a page ran past PGENOUGH_API_SEARCH_TIMEOUT"
+        except ReplicaStalled as exc:
+            reason, why = "deadline", first_line(exc)
         except psycopg.OperationalError as exc:
             reason, why = "database", f"the database connection failed ({first_line(exc)})"
         metrics.STREAMS_CUT.labels(reason).inc()

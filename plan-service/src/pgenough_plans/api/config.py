@@ -22,7 +22,7 @@ from pgenough_plans.api.defaults import (
     DEFAULT_STREAM_TIMEOUT,
 )
 from pgenough_plans.api.errors import ApiConfigError
-from pgenough_plans.api.replica import ReadUrlError, labels_of
+from pgenough_plans.api.replica import READ_MARGIN, ReadUrlError, labels_of
 
 # Connections the bulkhead leaves free for /health/ready and the pool's own checks.
 SPARE_CONNECTIONS: Final = 2
@@ -111,6 +111,12 @@ class ApiConfig:
                 "the API needs a database URL: resolve it first (Settings.resolve_database_url)"
             )
         return self.database_url
+
+    @property
+    def read_deadline(self) -> float:
+        """Seconds a statement of a search on a replica may take, measured by the API: the
+        statement timeout, and a margin for the server's own timeout to fire first."""
+        return self.search_timeout + READ_MARGIN
 
     @property
     def behind_pooler(self) -> bool:

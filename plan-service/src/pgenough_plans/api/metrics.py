@@ -34,7 +34,8 @@ SEARCH_TIMEOUTS = Counter(
 STREAMS_CUT = Counter(
     "pgenough_api_streams_cut",
     "Searches without limit whose streamed body was cut (the client got a truncated "
-    "transfer), by reason (stall, timeout, statement_timeout, database).",
+    "transfer), by reason (stall, timeout, statement_timeout, deadline: a replica that stopped"
+    " answering, database).",
     ["reason"],
 )
 CACHE_HITS = Counter("pgenough_api_cache_hits", "First-page searches answered from the cache.")

@@ -23,6 +23,15 @@ the next. None left: the read goes to the primary (counted in
 already running on a replica when it goes away fails (503 UNAVAILABLE for a search); the next
 ones read another replica or the primary until it answers again.
 
+**A replica that stops answering** (frozen, its sockets still open: a stopped process, a
+stalled disk or VM) cannot time a query out itself, and TCP keepalives get their answers from
+its kernel. So a read on a replica has a deadline on the API's side (``deadline``: the
+statement timeout plus ``READ_MARGIN``): past it the connection's socket is shut, which ends
+the wait at once (the pool discards the connection; the server, once it runs again, sees the
+client gone), the replica is marked away until a probe reaches it again, and the read is
+retried elsewhere (``ReplicaStalled``). Probes work the same way, so a frozen replica is passed
+over within ``PROBE_TIMEOUT``.
+
 **Read-your-writes**: a read may name a position (``at_least``: the primary's WAL position
 right after a write it must see); a replica that has not replayed it is passed over.
 
@@ -35,13 +44,16 @@ only when that replica had replayed that LSN before the page's query began: the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
 import math
+import os
+import socket
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -59,6 +71,14 @@ Q: Final = named_queries("pgenough_plans.api", "replica")
 PROBE_INTERVAL: Final = 0.25
 """Seconds between two samples of the primary's LSN and each replica's replay: the lag's
 resolution, and at most how long a replica that went away is still tried."""
+PROBE_TIMEOUT: Final = PROBE_INTERVAL * 4
+"""Seconds a probe may take before its replica counts as away."""
+READ_MARGIN: Final = 1.0
+"""Seconds a read on a replica may run past its statement timeout before the API gives up on
+it (``deadline``): the server's own timeout fires first on a replica that runs."""
+LAG_HISTORY: Final = 600.0
+"""Seconds of the primary's positions kept (more when the lag bound is longer): a replica that
+answers is reported with its lag up to this far behind, and with at least this beyond."""
 PRIMARY: Final = "primary"
 REPLICA: Final = "replica"
 SEARCH: Final = "search"
@@ -67,6 +87,11 @@ DASHBOARD: Final = "dashboard"
 POOL_MIN_SIZE: Final = 2
 DEFAULT_PORT: Final = "5432"
 """libpq's port where a URL names none (in a label)."""
+
+
+class ReplicaStalled(psycopg.OperationalError):
+    """A read on a replica passed its deadline: its connection was cut, the replica passed
+    over until a probe reaches it again."""
 
 
 class ReadUrlError(ValueError):
@@ -167,18 +192,26 @@ class Lag:
 
     def sample_primary(self, position: int) -> None:
         now = self.clock()
-        self._samples.append((now, position))
-        # Keep one sample older than the bound, so that a replica behind it is known to be.
-        keep_after = now - self.max_lag - 2 * PROBE_INTERVAL
+        if self._samples and self._samples[-1][1] == position:
+            # The same position again (an idle primary): only when it was last seen matters,
+            # so an idle hour keeps one sample, not 14,400.
+            self._samples[-1] = (now, position)
+        else:
+            self._samples.append((now, position))
+        # Keep one sample older than the history, so that a replica behind it is known to be.
+        keep_after = now - max(self.max_lag + 2 * PROBE_INTERVAL, LAG_HISTORY)
         while len(self._samples) > 1 and self._samples[1][0] < keep_after:
             self._samples.popleft()
 
     def lag_at(self, replayed: int) -> float:
-        """How far behind a replica that has replayed ``replayed`` may be, in seconds."""
+        """How far behind a replica that has replayed ``replayed`` may be, in seconds: behind
+        every kept sample, the oldest one's age (it is at least that far behind); infinite
+        only before the first sample."""
+        now = self.clock()
         for when, position in reversed(self._samples):
             if position <= replayed:
-                return max(0.0, self.clock() - when)
-        return math.inf
+                return max(0.0, now - when)
+        return max(0.0, now - self._samples[0][0]) if self._samples else math.inf
 
     def observe(self, replayed: int | None) -> float:
         """The replica answered, at ``replayed`` (None: it is no standby, it has all)."""
@@ -270,7 +303,7 @@ async def current_lsn(conn: psycopg.AsyncConnection[Any]) -> int:
     return position
 
 
-async def primary_lsn(primary: AsyncConnectionPool, timeout: float = PROBE_INTERVAL * 4) -> int:
+async def primary_lsn(primary: AsyncConnectionPool, timeout: float = PROBE_TIMEOUT) -> int:
     """The primary's current WAL position (the cache's fence after an invalidation)."""
     async with asyncio.timeout(timeout), primary.connection(timeout=timeout) as conn:
         return await current_lsn(conn)
@@ -281,13 +314,60 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0] if text else "timeout"
 
 
+def _shut(conn: psycopg.AsyncConnection[Any]) -> None:
+    """End any wait on ``conn`` now: its socket shut both ways (the waiting query fails with
+    an OperationalError, the pool discards the connection). Not a close, which would pull the
+    descriptor from under the event loop's wait on it."""
+    with (
+        contextlib.suppress(OSError, psycopg.OperationalError),
+        socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock,
+    ):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def deadline(
+    conn: psycopg.AsyncConnection[Any], seconds: float, replica: Lag | None
+) -> Iterator[None]:
+    """What the block runs on ``conn``, a connection to ``replica``, ends within ``seconds``:
+    past them the connection is cut, the replica marked away and ``ReplicaStalled`` raised.
+    On the primary (``replica`` None) nothing is added: its statement timeout applies.
+
+    Not ``asyncio.timeout``: a cancelled query makes psycopg send a cancel request and wait
+    for the server, seconds more on a server that does not answer."""
+    if replica is None:
+        yield
+        return
+    fired = False
+
+    def cut() -> None:
+        nonlocal fired
+        fired = True
+        _shut(conn)
+
+    handle = asyncio.get_running_loop().call_later(seconds, cut)
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if not fired:
+            raise
+        replica.lost(f"no answer within {seconds:g} s")
+        raise ReplicaStalled(
+            f"read replica {replica.label} did not answer within {seconds:g} s"
+        ) from exc
+    finally:
+        handle.cancel()
+    if fired:  # cut as the block ended: a connection no one may use again
+        replica.lost(f"no answer within {seconds:g} s")
+        conn.pgconn.finish()
+
+
 async def _probe(replica: Replica) -> None:
     try:
-        async with (
-            asyncio.timeout(PROBE_INTERVAL * 4),
-            replica.pool.connection(timeout=PROBE_INTERVAL * 4) as conn,
-        ):
-            replica.lag.observe(await _position(conn, "replayed_lsn"))
+        async with replica.pool.connection(timeout=PROBE_TIMEOUT) as conn:
+            with deadline(conn, PROBE_TIMEOUT, replica.lag):
+                replayed = await _position(conn, "replayed_lsn")
+            replica.lag.observe(replayed)
     except (TimeoutError, PoolTimeout, psycopg.Error) as exc:
         replica.lag.lost(_reason(exc))
 
@@ -335,7 +415,8 @@ async def read_connection(
     at_least: int | None = None,
 ) -> Read:
     """A connection for a read, held by ``stack``: on the next replica within the bound that
-    has replayed ``at_least`` (when given), else on the primary."""
+    has replayed ``at_least`` (when given), else on the primary. A replica that does not
+    answer within ``timeout`` (for a connection, then for its position) is passed over."""
     if replicas is None:
         return Read(await stack.enter_async_context(primary.connection(timeout=timeout)))
     reader = replicas.reader
@@ -346,7 +427,8 @@ async def read_connection(
         inner = AsyncExitStack()
         try:
             conn = await inner.enter_async_context(replica.pool.connection(timeout=timeout))
-            replayed = await _position(conn, "replayed_lsn")
+            with deadline(conn, timeout, replica.lag):
+                replayed = await _position(conn, "replayed_lsn")
         except (PoolTimeout, psycopg.OperationalError) as exc:
             await inner.aclose()
             replica.lag.lost(_reason(exc))
