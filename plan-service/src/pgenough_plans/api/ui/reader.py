@@ -28,6 +28,10 @@ from pgenough_plans.api.replica import Replicas, current_lsn, read_connection
 
 POOL_MAX_SIZE: Final = 3
 """Connections the dashboard holds on each replica, as many as on its own pool."""
+PAGE_STATEMENT_TIMEOUTS: Final = 2
+"""A page read on a replica is cut (``replica.deadline``) after this many statement timeouts
+and ``replica.READ_MARGIN``: its few statements together take far less on a replica that
+answers; one that stops answering gets the error page, and the next page reads elsewhere."""
 
 
 def read_from(read: replica.Read) -> str:
@@ -52,7 +56,9 @@ class ReplicaReader:
             found = await read_connection(
                 self.replicas, self.primary, stack, self.timeout, at_least=at_least
             )
-            yield Read(found.conn, source=found.source, note=read_from(found))
+            seconds = PAGE_STATEMENT_TIMEOUTS * self.timeout + replica.READ_MARGIN
+            with replica.deadline(found.conn, seconds, found.replica):
+                yield Read(found.conn, source=found.source, note=read_from(found))
 
     async def written(self, conn: AsyncConn) -> Written | None:
         # Past this age every replica within the bound has the write (the measure errs safe).
