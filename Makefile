@@ -11,7 +11,7 @@ SERVICE_STAMP := $(VENV)/.installed-service
 TEST_STAMP    := $(VENV)/.installed-test
 DOCS_STAMP    := $(VENV)/.installed-docs
 
-.PHONY: run test lint docs typecheck pytest test-db dist bench-queue bench-ingest bench-api bench-replica bench-failover screenshots clean
+.PHONY: run test lint docs typecheck pytest test-db dist bench-ab bench-instructions bench-queue bench-ingest bench-api bench-replica bench-failover screenshots clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,17 @@ test-db: $(TEST_STAMP)  ## Only the database tests (CI runs them again against D
 dist: $(TEST_STAMP)  ## dist/pgenough-VERSION.tar.gz and dist/pgenough-VERSION-py3-none-any.whl
 	rm -rf dist
 	$(BIN)/python -m build --no-isolation --outdir dist .
+
+# Commits compared in one sitting: the headline benchmarks (queue, ingest) for BASE and HEAD
+# interleaved, with the ratios (bench/ab.py; ROUNDS=2 by default).
+bench-ab: $(TEST_STAMP)  ## make bench-ab BASE=<commit> [ROUNDS=n]
+	@test -n "$(BASE)" || { echo "usage: make bench-ab BASE=<commit> [ROUNDS=n]"; exit 2; }
+	$(BIN)/python -m bench.ab --base $(BASE) $(if $(ROUNDS),--rounds $(ROUNDS))
+
+# Instructions per unit of the client's hot paths against bench/instructions.json (callgrind;
+# the gate `make test` runs in tests/test_instructions.py). REASON="..." writes a new baseline.
+bench-instructions: $(TEST_STAMP)  ## Needs valgrind.
+	$(BIN)/python -m bench.instructions $(if $(REASON),--update "$(REASON)")
 
 bench-queue: $(TEST_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

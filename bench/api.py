@@ -164,6 +164,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import psycopg
+from bench.harness.machine import refuse_if_busy
 from bench.ingest import (
     Server,
     Simulator,
@@ -1277,6 +1278,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.api")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install -y wrk)")
     url = os.environ.get("DATABASE_URL")

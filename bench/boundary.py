@@ -96,7 +96,8 @@ from typing import Any
 
 import psycopg
 from bench._boundary_tasks import noop
-from bench.queue import QUIET_BUSY, Server, fmt_busy, table, version_of, wait_quiet
+from bench.harness.machine import QUIET_BUSY, fmt_busy, refuse_if_busy, wait_quiet
+from bench.queue import Server, table, version_of
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgenough.core import Gap, migrate, publish, subscribe
@@ -1240,6 +1241,7 @@ def replot(path: Path, fanout_png: Path | None, connections_png: Path | None) ->
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.boundary")
     if args.replot:
         replot(args.replot, args.plot_fanout, args.plot_connections)
         return

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from bench.harness.machine import refuse_if_busy
 from bench.queue import RAW_OPTIONS
 
 from pgenough.core import migrate
@@ -152,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=10)
     args = parser.parse_args(argv)
+    refuse_if_busy("bench.claim_plans")
     admin = with_database(os.environ.get("DATABASE_URL") or "", "postgres")
     if not os.environ.get("DATABASE_URL"):
         raise SystemExit("set DATABASE_URL to a server on this machine (its backend's CPU is read)")

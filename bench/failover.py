@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from bench.harness.machine import refuse_if_busy
 from tests.helpers import failoverapp
 from tests.helpers.failover import OK, Figures, Producer, measure, project_env
 from tests.helpers.procs import WORKER_STARTED, Proc
@@ -373,6 +374,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.failover")
     reason = missing()
     if reason is not None:
         sys.exit(f"bench.failover: {reason}")

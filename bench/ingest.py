@@ -93,6 +93,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
+from bench.harness.machine import refuse_if_busy
 
 from pgenough.core import migrate
 from pgenough.core.db import create_database, drop_database, start_embedded, with_database
@@ -884,6 +885,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.ingest")
     url = os.environ.get("DATABASE_URL")
     if url:
         server = Server(with_database(url, "postgres"), "DATABASE_URL")

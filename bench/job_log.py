@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from bench.harness.machine import refuse_if_busy
 from bench.queue import KIND, QUEUE, enqueue_ours, prepare_drain, setup_ours
 
 from pgenough import eventloop, logs
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--batches", default="10,100")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    refuse_if_busy("bench.job_log")
     batches = [int(b) for b in args.batches.split(",")]
 
     server = database_url(os.environ.get("DATABASE_URL"), None)

@@ -247,6 +247,11 @@ from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import psycopg
+from bench.harness.machine import (
+    fmt_busy,
+    refuse_if_busy,
+    wait_quiet,
+)
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -279,8 +284,6 @@ OURS_POOL_SIZE = 10
 PROCRASTINATE_CONCURRENCY = 50
 PROCRASTINATE_POOL_SIZE = 10
 LATENCY_WARMUP = 10
-QUIET_BUSY = 0.15
-"""Machine CPU busy fraction above which the machine does not count as idle."""
 LATENCY_PAUSE = (0.010, 0.040)
 
 System: TypeAlias = Literal[
@@ -603,40 +606,6 @@ def prepare_drain(url: str) -> None:
         conn.execute("VACUUM ANALYZE")
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             conn.execute("CHECKPOINT")
-
-
-def cpu_busy(seconds: float) -> float | None:
-    """The machine's busy CPU fraction over the next ``seconds`` (Linux; None elsewhere)."""
-
-    def snapshot() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]
-        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
-
-    try:
-        total0, idle0 = snapshot()
-        time.sleep(seconds)
-        total1, idle1 = snapshot()
-    except (OSError, ValueError, IndexError):
-        return None
-    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
-
-
-def wait_quiet(max_wait: float) -> float | None:
-    """Wait (up to ``max_wait`` seconds) until nothing else keeps the CPUs busy; return the
-    busy fraction last seen. On a shared machine another process's load would be measured
-    as ours; a figure taken with more than QUIET_BUSY busy is flagged in the output."""
-    deadline = time.monotonic() + max_wait
-    while True:
-        busy = cpu_busy(0.5)
-        if busy is None or busy <= QUIET_BUSY or time.monotonic() >= deadline:
-            return busy
-
-
-def fmt_busy(busy: float | None) -> str:
-    if busy is None:
-        return "busy ?"
-    return f"busy {busy:4.0%}" + (" NOISY" if busy > QUIET_BUSY else "")
 
 
 def scalar(url: str, query: str) -> int:
@@ -2186,6 +2155,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.queue")
     selected = parse_systems(args.systems)
     if args.skip_peers:
         print("peers and brokers: skipped (--skip-peers)")

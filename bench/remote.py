@@ -88,13 +88,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from bench.harness.machine import QUIET_BUSY, fmt_busy, refuse_if_busy, wait_quiet
 from bench.queue import (
     DEFAULT_DATA_DIR,
     KIND,
     MAX_JOBS,
     OURS_POOL_SIZE,
     QUEUE,
-    QUIET_BUSY,
     SIZE_MARGIN,
     SYSTEMS,
     DrainSpec,
@@ -105,7 +105,6 @@ from bench.queue import (
     Timed,
     _latency_worker_main,
     connection_budget,
-    fmt_busy,
     fmt_ms,
     fmt_rate,
     fmt_ratio,
@@ -118,7 +117,6 @@ from bench.queue import (
     single_enqueuer,
     table,
     version_of,
-    wait_quiet,
 )
 from psycopg.conninfo import make_conninfo
 from tests.helpers.netproxy import Counters
@@ -731,6 +729,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.remote")
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     unknown = [s for s in systems if s not in SYSTEM_CHOICES]
     if unknown or not systems:

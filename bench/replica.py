@@ -97,6 +97,7 @@ from bench.api import (
     vacuum_plans,
     worker_env,
 )
+from bench.harness.machine import refuse_if_busy
 from bench.ingest import Simulator, down, migrate_database, pgenough_command, server_facts, up
 from tests.helpers.standby import BIN, StandbyPair, missing
 
@@ -452,6 +453,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.replica")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install -y wrk)")
     if (why := missing()) is not None:

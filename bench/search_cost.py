@@ -54,6 +54,7 @@ from pathlib import Path
 
 import psycopg
 from bench.api import FIXED_RATE, Api, Result, load, run_wrk, show
+from bench.harness.machine import refuse_if_busy
 from bench.ingest import migrate_database, server_facts
 
 from pgenough.core.db import create_database, drop_database, with_database
@@ -208,6 +209,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.search_cost")
     url = os.environ.get("DATABASE_URL")
     if not url:
         raise SystemExit("set DATABASE_URL to a PostgreSQL server on this machine")

@@ -119,6 +119,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import psycopg
+from bench.harness.machine import refuse_if_busy
 from bench.queue import (
     BARRIER_TIMEOUT,
     DEFAULT_DATA_DIR,
@@ -1056,6 +1057,7 @@ class Run:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_if_busy("bench.steady")
     phase = args.phase or (30.0 if args.quick else 90.0)
     sustain = args.sustain or (20.0 if args.quick else 120.0)
     hold = args.hold or (24.0 if args.quick else 60.0)

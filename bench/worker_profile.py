@@ -56,6 +56,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from bench.harness.machine import refuse_if_busy
 from bench.queue import RAW_OPTIONS
 
 from pgenough import eventloop
@@ -252,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="only the worker's client path, no database: min client CPU per job of --rounds",
     )
     args = parser.parse_args(argv)
+    refuse_if_busy("bench.worker_profile")
     if args.dispatch_only:
         costs = [
             dispatch_cost(args.batch, max(1, args.jobs // args.batch)) for _ in range(args.rounds)
