@@ -59,7 +59,7 @@ Figures of the end-to-end step:
 Display: rates and ratios are truncated, memory figures and growth rounded up (never in the
 flattering direction); times are to the nearest millisecond.
 
-Target printed at the end, as docs/plan-service/benchmarks.md states it (issue 13 §3):
+Target printed at the end, as docs/plan-service/benchmarks-history.md states it (issue 13 §3):
 ">= 40,000 plans/s end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a partial
 snapshot still never data", each part with met / NOT met and its figure (the RSS at every size
 measured besides 10k; the last part is not measured here: the plans tests check it). Then the
@@ -118,8 +118,8 @@ TARGET = (
     ">= 40,000 plans/s end to end at 1M plans, peak fetch RSS <= 1.25x the 10k figure, a "
     "partial snapshot still never data"
 )
-"""The ingestion target as docs/plan-service/benchmarks.md states it (issue 13 §3), word for
-word."""
+"""The ingestion target as docs/plan-service/benchmarks-history.md states it (issue 13 §3),
+word for word."""
 TARGET_E2E = 40_000.0
 TARGET_E2E_SIZE = 1_000_000
 TARGET_RSS_GROWTH = 1.25
@@ -790,7 +790,7 @@ def print_summary(results: list[SizeResult]) -> bool:
     by_size = {r.plans: r for r in results if r.runs}
     big = by_size.get(TARGET_E2E_SIZE)
     base = by_size.get(RSS_BASE_SIZE)
-    print(f"\nTarget (docs/plan-service/benchmarks.md): {TARGET}")
+    print(f"\nTarget (docs/plan-service/benchmarks-history.md): {TARGET}")
     if big is None:
         print(f"  >= {TARGET_E2E:,.0f} plans/s end to end at 1M plans: not measured")
     else:

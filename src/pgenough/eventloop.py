@@ -2,10 +2,10 @@
 
 uvloop when it is installed (the plan service and the dashboard extra install it, as
 ``uvicorn[standard]`` would), else asyncio's own: it costs less CPU per search and per job
-(docs/plan-service/benchmarks.md, "API: the cost of one search"); psycopg, psycopg_pool and
-uvicorn run on either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop (for a platform
-uvloop does not support, or to rule it out); ``uvloop`` insists on it. Library users of
-``pgenough.core`` run whatever loop their application runs.
+(docs/plan-service/benchmarks-history.md, "API: the cost of one search"); psycopg,
+psycopg_pool and uvicorn run on either. ``PGENOUGH_EVENT_LOOP=asyncio`` keeps asyncio's loop
+(for a platform uvloop does not support, or to rule it out); ``uvloop`` insists on it. Library
+users of ``pgenough.core`` run whatever loop their application runs.
 """
 
 from __future__ import annotations

@@ -311,7 +311,8 @@ async def check_connection(conn: psycopg.AsyncConnection[Any]) -> None:
     the caller's statement then fails when TCP gives up (``with_network_timeout``), or, when
     the server ended the session during the cut, at the first write after it heals; from
     that broken connection on, ``Pool`` checks its other connections in full. The round
-    trip saved is one per checkout (docs/plan-service/benchmarks.md, "API: the cost of one search").
+    trip saved is one per checkout (docs/plan-service/benchmarks-history.md, "API: the cost
+    of one search").
     """
     idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     if not (idle and _nothing_to_read(conn)):

@@ -352,7 +352,7 @@ class _Executor:
 
         Its claims are prepared (the claim is this loop's statement, run thousands of times a
         second: parsing it each time costs backend CPU on every job, measured by
-        ``python -m bench.claim_plans`` in docs/benchmarks.md, "Queue in steady state") and
+        ``python -m bench.claim_plans`` in docs/benchmarks/history.md, "Claim plans") and
         planned at each execution all the same (``plan_cache_mode``, this session only, for
         as long as the loop holds it): never on a generic plan cached while the table was
         empty (see ``_sql.PLAN_EACH_TIME``). And never with a Sort (``enable_sort``, likewise):

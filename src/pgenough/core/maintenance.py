@@ -178,8 +178,8 @@ def vacuum_jobs(config: MaintenanceConfig = MaintenanceConfig()) -> Steps[Vacuum
     """VACUUM the jobs table when it holds ``vacuum_dead_rows`` dead rows or more.
 
     Every job leaves three dead row versions (the claim updates it, the completion deletes
-    it): at a worker's sustained rate, tens of thousands a second (docs/benchmarks.md, "The
-    vacuum duty, A/B"). Autovacuum looks at a database at most once per
+    it): at a worker's sustained rate, tens of thousands a second (docs/benchmarks/history.md,
+    "The vacuum duty, A/B"). Autovacuum looks at a database at most once per
     ``autovacuum_naptime`` (a minute by default), so between two of its runs the table grows
     by millions of dead rows, past shared_buffers, and every claim and completion touches more
     pages. This duty looks far more often and vacuums only the jobs table. ``SKIP_LOCKED``: a

@@ -696,7 +696,7 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def load_json(data: Buffer) -> Any:
-    """Decode a ``jsonb`` value as ``json.loads`` would, faster (docs/benchmarks.md,
+    """Decode a ``jsonb`` value as ``json.loads`` would, faster (docs/benchmarks/history.md,
     "Issue 13 §2: the worker's client cost").
 
     orjson gives the same values as ``json.loads`` except for integers past 64 bits (jsonb's
@@ -723,8 +723,8 @@ def int_array(ids: Iterable[int]) -> str:
     """``ids`` as a PostgreSQL array literal, for a ``%(...)s::bigint[]`` (or ``integer[]``)
     parameter. psycopg sends a ``str`` untyped, so the statement's cast applies; dumping a
     list instead walks it in Python, at a cost that shows per claim (two per claim, a
-    hundred ids each at batch 100; docs/benchmarks.md, "Issue 13 §2: the worker's client
-    cost")."""
+    hundred ids each at batch 100; docs/benchmarks/history.md, "Issue 13 §2: the worker's
+    client cost")."""
     return "{" + ",".join(map(str, ids)) + "}"
 
 

@@ -4,9 +4,10 @@ An unbounded queue would only turn overload into latency for everyone and, once 
 dry, into timeouts. Refusing the instant every slot is taken is the other extreme: under a
 high search rate, bursts of a few milliseconds fill every slot while the mean load is half of
 them, and those requests got 503 although a slot freed a moment later
-(docs/plan-service/benchmarks.md, "Issue 13 §4: the read path while ingesting"). So at most
-``limit`` searches may wait, each at most ``max_wait`` seconds, in arrival order; beyond that,
-or after it, 503 TOO_BUSY with Retry-After. Nothing to recover: a slot frees when its search ends.
+(docs/plan-service/benchmarks-history.md, "Issue 13 §4: the read path while ingesting"). So
+at most ``limit`` searches may wait, each at most ``max_wait`` seconds, in arrival order;
+beyond that, or after it, 503 TOO_BUSY with Retry-After. Nothing to recover: a slot frees when
+its search ends.
 
 An answer streamed past its first page holds its slot (and its connection and snapshot) for as
 long as the client takes to read it, so at most ``max_streams`` of the slots may be streams: a

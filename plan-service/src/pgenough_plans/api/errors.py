@@ -95,7 +95,8 @@ def error_response(
 
 # The handlers are coroutines: Starlette runs a plain function handler in a worker thread,
 # and the hand-off and the GIL switching back made a 503 cost the API markedly more CPU than
-# as a coroutine (the figures: docs/plan-service/benchmarks.md, "API: the cost of one search").
+# as a coroutine (the figures: docs/plan-service/benchmarks-history.md, "API: the cost of one
+# search").
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -3,8 +3,9 @@
 -- page's own are read from the index's leaf pages, not from scattered heap pages: starts_at
 -- is not correlated with the heap's order). At 1M plans a cold page with an offset of up to
 -- 1,000 read about 400 heap pages and took 2.3-2.6 ms; with the index alone, 1.3-1.5 ms
--- (docs/benchmarks.md, "API: the cost of one search"). Pages of plans updated since the last
--- vacuum are still read from the heap (the visibility map), so it degrades, never breaks.
+-- (docs/plan-service/benchmarks-history.md, "API: the cost of one search"). Pages of plans
+-- updated since the last vacuum are still read from the heap (the visibility map), so it
+-- degrades, never breaks.
 -- The index is about 1.9x the size (78 against 42 MB at 1M plans) and is written by every
 -- insert and non-HOT update of an ever-online plan.
 -- Built in the migration's transaction: writers to plans wait for the build (readers do not,
