@@ -129,9 +129,14 @@ WITH src AS (
     WHERE s.any_online
       AND NOT EXISTS (SELECT 1 FROM seen
                       WHERE seen.base_plan_id = s.base_plan_id AND seen.plan_id = s.plan_id)
-      AND NOT EXISTS (SELECT 1 FROM plans.plans e
-                      WHERE e.provider = %(provider)s AND e.base_plan_id = s.base_plan_id
-                        AND e.plan_id = s.plan_id AND e.ever_online)
+      -- One probe by key per row, as a scalar subquery: PostgreSQL never turns that into a
+      -- join. Written as NOT EXISTS it became an anti join, which the planner, on the
+      -- statistics of a plans table far smaller than it had grown within the run, made a
+      -- Merge Anti Join over a sort of every plan of the provider: each chunk read the whole
+      -- table (issue 33; tests/plan_service/ingest/test_apply_plan.py).
+      AND (SELECT e.ever_online FROM plans.plans e
+           WHERE e.provider = %(provider)s AND e.base_plan_id = s.base_plan_id
+             AND e.plan_id = s.plan_id) IS NOT TRUE
     ON CONFLICT (provider, base_plan_id, plan_id) DO UPDATE
         SET ever_online = true
         WHERE NOT p.ever_online
