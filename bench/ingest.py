@@ -224,13 +224,14 @@ class Server:
 
 
 def pgenough_command() -> str:
-    """The ``pgenough`` entry point of this interpreter's environment."""
-    beside = Path(sys.executable).with_name("pgenough")
+    """The plan service's command (``pgenough-plans``: its workers, API and provider simulator)
+    of this interpreter's environment."""
+    beside = Path(sys.executable).with_name("pgenough-plans")
     if beside.exists():
         return str(beside)
-    found = shutil.which("pgenough")
+    found = shutil.which("pgenough-plans")
     if found is None:
-        raise SystemExit("the pgenough command is not installed (pip install -e '.[test]')")
+        raise SystemExit("the pgenough-plans command is not installed (make .venv/.installed-test)")
     return found
 
 
