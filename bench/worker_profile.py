@@ -127,20 +127,21 @@ def drain_raw(url: str, batch: int) -> int:
 def drain_claim_sql(url: str, batch: int) -> int:
     claim = load("queue")["claim"]
     done = 0
-    acks: list[tuple[int, int]] = []
+    acks: list[tuple[int, int, datetime]] = []
     # As the worker's claim loop holds its connection: prepared, planned each time.
     with psycopg.connect(url, autocommit=True, options=RAW_OPTIONS) as conn:
         while True:
             params = {
                 "done_ids": [a[0] for a in acks],
                 "done_attempts": [a[1] for a in acks],
+                "done_created": [a[2] for a in acks],
                 "queue": QUEUE,
                 "limit": batch,
                 "lease": 30.0,
                 "worker": "profile",
             }
             rows = conn.execute(claim, params).fetchall()
-            acks = [(row[0], row[5]) for row in rows]
+            acks = [(row[0], row[5], row[8]) for row in rows]
             if not rows:
                 return done
             done += len(rows)
