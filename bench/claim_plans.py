@@ -81,6 +81,8 @@ def claim(conn: psycopg.Connection[Any], params: dict[str, Any], prepare: bool |
     rows = conn.execute(_Q["claim"], params, prepare=prepare).fetchall()
     params["done_ids"] = int_array(r[0] for r in rows)
     params["done_attempts"] = int_array(r[5] for r in rows)
+    # As text, like the ids: one parameter type for every execution of the statement.
+    params["done_created"] = "{" + ",".join(f'"{r[8].isoformat()}"' for r in rows) + "}"
     return len(rows)
 
 
@@ -88,6 +90,7 @@ def params_for(batch: int) -> dict[str, Any]:
     return {
         "done_ids": "{}",
         "done_attempts": "{}",
+        "done_created": "{}",
         "queue": "default",
         "limit": batch,
         "lease": 30.0,
