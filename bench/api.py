@@ -140,14 +140,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import os
 import platform
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -156,61 +152,80 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import TypeVar
 
 import psycopg
-from bench.harness.machine import refuse_if_busy
-from bench.ingest import (
-    Server,
+from bench.harness.api_process import CACHE_TTL, Api, http_get
+from bench.harness.machine import (
+    refuse_if_busy,
+)
+from bench.harness.plan_workers import (
+    Phase,
+    load,
+    retried,
+    staged_rows,
+    vacuum_plans,
+    wait_streaming,
+)
+from bench.harness.processes import (
     Simulator,
-    down,
-    migrate_database,
     pgenough_command,
-    server_facts,
+)
+from bench.harness.report import (
+    down,
+    print_target,
     up,
 )
-from bench.steady import autovacuum_on
+from bench.harness.server import (
+    ServerUnderTest,
+    autovacuum_on,
+    migrate_database,
+    server_facts,
+)
+from bench.harness.under_load import (
+    Cell,
+    ingest_cell,
+    pacing_env,
+    pin,
+    placements,
+    throttle,
+)
+from bench.harness.wrk import (
+    CONNECTIONS,
+    FIXED_RATE,
+    PAGE,
+    Result,
+    run_wrk,
+    show,
+)
 
-from pgenough.core.db import create_database, drop_database, start_embedded, with_database
+from pgenough.core.db import create_database, drop_database, with_database
 from pgenough_plans.api.search import Q as SEARCH_Q
 from pgenough_plans.api.search import SearchQuery, fetch_page
-from pgenough_plans.ingest import pacing
 from pgenough_plans.ingest.defaults import DEFAULT_PACING_MAX_PAUSE
-from pgenough_plans.ingest.runs import RunStatus
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
 DEFAULT_PLANS = 1_000_000
 QUICK_PLANS = 100_000
-CONNECTIONS = 64
-FIXED_RATE = 1_000
-PAGE = 50  # the page every wrk scenario asks for (/search's default before it sent everything)
 DEEP = 100_000  # the offset the cursor is compared at
 SMALL_RANGE = 10_000  # events in the smaller streamed range
 RSS_SAMPLE_EVERY = 0.01
 TARGET_STREAM_RSS_GROWTH = 1.25
-PROCESS_CONCURRENCY = 2
-CACHE_TTL = "60"
-READY_TIMEOUT = 90.0
 
 TARGET_HOT_RATIO = 0.7
 TARGET_COLD_P99_MS = 50.0
 TARGET_INGEST_RATIO = 2.0
 
-START_ATTEMPTS = 3
-OPEN_ENDED = 3600  # wrk's -d when it is stopped with its phase instead
-PACING_ENV = "PGENOUGH_INGEST_PACING_MAX_PAUSE"
 THROTTLED = "fixed throttle"
 PACED = "pacing"
-THROTTLE_SOURCE = "bench-throttle"
 NICE = 10
-NICE_ENV = "PGENOUGH_INGEST_NICE"
 CELLS = ((0.0, 0), (DEFAULT_PACING_MAX_PAUSE, 0), (DEFAULT_PACING_MAX_PAUSE, NICE))
 """The ingestion cells of each placement, (max_pause, nice): none, the product's default
 pacing, and that pacing with the workers (and the simulator) at niceness NICE."""
@@ -220,612 +235,14 @@ CURVE = (
 )
 """The curve's fetches: a fixed pause per COPY batch, and the pacing at several bounds."""
 
-HOT_RANGES = (
-    ("2021-03-01T00:00:00Z", "2021-03-08T00:00:00Z"),
-    ("2021-06-01T00:00:00Z", "2021-07-01T00:00:00Z"),
-    ("2021-09-15T12:00:00Z", "2021-09-16T12:00:00Z"),
-    ("2022-01-10T00:00:00Z", "2022-01-24T00:00:00Z"),
-    ("2022-07-01T00:00:00Z", "2022-07-31T00:00:00Z"),
-)
-
-LUA_DONE = r"""
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'WRKJSON {"requests":%d,"duration_us":%d,"connect":%d,"read":%d,"write":%d,' ..
-    '"status":%d,"timeout":%d,"p50_us":%.0f,"p99_us":%.0f,"max_us":%.0f}\n',
-    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(99), latency.max))
-end
-"""
-
-LUA_FIXED = r"""
-local paths = {@PATHS@}
-local reqs = {}
-local i = 0
-function init(args)
-  for k, p in ipairs(paths) do reqs[k] = wrk.format("GET", p) end
-end
-function request()
-  i = i % #reqs + 1
-  return reqs[i]
-end
-"""
-
-LUA_COLD = r"""
-local first = 1609459200  -- 2021-01-01T00:00:00Z
-local span = 730 * 86400
-function init(args)
-  math.randomseed(tonumber(args[1]) or 1)
-end
-function request()
-  local s = first + math.random(0, span - 1)
-  local e = s + math.random(86400, 30 * 86400)
-  local path = string.format("/search?starts_at=%s&ends_at=%s&limit=50&offset=%d",
-    os.date("!%Y-%m-%dT%H:%M:%SZ", s), os.date("!%Y-%m-%dT%H:%M:%SZ", e),
-    math.random(0, 1000))
-  return wrk.format("GET", path)
-end
-"""
-
-LUA_PACE = r"""
--- A fixed rate for all connections: every delay() (called between a response and the
--- connection's next request) reserves the next free 1/RATE-second slot on a shared schedule
--- (CLOCK_MONOTONIC through LuaJIT's FFI) and waits for it.
-local ffi = require("ffi")
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
-int clock_gettime(int clk, bench_timespec *tp);
-]]
-local ts = ffi.new("bench_timespec")
-local interval = 1000 / @RATE@
-local next_at = 0
-function delay()
-  ffi.C.clock_gettime(1, ts)
-  local now = tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
-  if next_at < now then next_at = now end
-  next_at = next_at + interval
-  return math.floor(next_at - now)
-end
-"""
-
 
 # --- results ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    name: str
-    requests: int
-    duration_s: float
-    non2xx: int
-    socket_errors: int
-    p50_ms: float
-    p99_ms: float
-    max_ms: float
-    cache_hits: float
-    cache_misses: float
-    note: str = ""
-
-    @property
-    def rps(self) -> float:
-        return self.requests / self.duration_s
-
-    @property
-    def ok_rps(self) -> float:
-        return (self.requests - self.non2xx) / self.duration_s
 
 
 # --- the API process and wrk ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-class Api:
-    """``pgenough api --port P`` as its own process."""
-
-    def __init__(
-        self, url: str, log: IO[bytes], cwd: Path, env: dict[str, str] | None = None
-    ) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "PGENOUGH_API_CACHE_TTL": CACHE_TTL,
-            **(env or {}),
-        }
-        env.pop("PGENOUGH_CONFIG", None)
-        command = [pgenough_command(), "api", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=cwd)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"pgenough api exited {self.proc.returncode} before ready")
-            with contextlib.suppress(OSError):
-                if http_get(self.base + "/health/ready", 1.0)[0] == 200:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError("pgenough api was not ready in time")
-
-    def cache_counts(self) -> tuple[float, float]:
-        _, body = http_get(self.base + "/metrics")
-        found = {"hits": 0.0, "misses": 0.0}
-        for line in body.decode().splitlines():
-            m = re.match(r"pgenough_api_cache_(hits|misses)_total (\S+)", line)
-            if m:
-                found[m[1]] = float(m[2])
-        return found["hits"], found["misses"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def hot_path(start: str, end: str) -> str:
-    return f"/search?starts_at={start}&ends_at={end}&limit={PAGE}"
-
-
-def lua_script(kind: str, rate: int | None) -> str:
-    if kind == "trivial":
-        body = LUA_FIXED.replace("@PATHS@", '"/health/live"')
-    elif kind == "hot":
-        paths = ", ".join(f'"{hot_path(s, e)}"' for s, e in HOT_RANGES)
-        body = LUA_FIXED.replace("@PATHS@", paths)
-    elif kind.startswith("/"):  # one fixed path
-        body = LUA_FIXED.replace("@PATHS@", json.dumps(kind))
-    else:
-        body = LUA_COLD
-    if rate is not None:
-        body += LUA_PACE.replace("@RATE@", str(rate))
-    return body + LUA_DONE
-
-
-def run_wrk(
-    api: Api,
-    name: str,
-    kind: str,
-    duration: int | None,
-    tmp: Path,
-    seed: int,
-    rate: int | None = None,
-    connections: int = CONNECTIONS,
-    cpus: frozenset[int] | None = None,
-    stop_when: Callable[[], bool] | None = None,
-) -> Result:
-    """wrk for ``duration`` seconds or, with ``duration`` None, until ``stop_when()`` (then
-    SIGINT, on which wrk still reports everything it measured); on ``cpus`` when given."""
-    script = tmp / f"{re.sub(r'[^A-Za-z0-9@=.-]', '_', name)}-{seed}.lua"
-    script.write_text(lua_script(kind, rate))
-    if kind == "hot":  # steady state: each range cached before the clock starts
-        for start, end in HOT_RANGES:
-            http_get(api.base + hot_path(start, end))
-    hits0, misses0 = api.cache_counts()
-    seconds = duration if duration is not None else OPEN_ENDED
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "5s"]
-    proc = subprocess.Popen(
-        [*command, "-s", str(script), api.base, "--", str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None,
-    )
-    if duration is None:
-        assert stop_when is not None
-        while not stop_when() and proc.poll() is None:
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=seconds + 60)
-    if proc.returncode not in (0, -signal.SIGINT):
-        raise RuntimeError(f"wrk exited {proc.returncode}: {err}")
-    hits1, misses1 = api.cache_counts()
-    line = next((x for x in out.splitlines() if x.startswith("WRKJSON ")), None)
-    if line is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out}{err}")
-    data: dict[str, Any] = json.loads(line.removeprefix("WRKJSON "))
-    return Result(
-        name=name,
-        requests=int(data["requests"]),
-        duration_s=int(data["duration_us"]) / 1e6,
-        non2xx=int(data["status"]),
-        socket_errors=sum(int(data[k]) for k in ("connect", "read", "write", "timeout")),
-        p50_ms=float(data["p50_us"]) / 1000,
-        p99_ms=float(data["p99_us"]) / 1000,
-        max_ms=float(data["max_us"]) / 1000,
-        cache_hits=hits1 - hits0,
-        cache_misses=misses1 - misses0,
-    )
-
-
-def show(r: Result) -> None:
-    print(
-        f"  {r.name:<26} rps {down(r.rps):>7}  2xx rps {down(r.ok_rps):>7}"
-        f"  p50 {up(r.p50_ms, 2):>7} ms  p99 {up(r.p99_ms, 2):>8} ms  max {up(r.max_ms, 2):>8} ms"
-        f"  non-2xx {r.non2xx:>6}  sock err {r.socket_errors}"
-        f"  cache h/m {r.cache_hits:.0f}/{r.cache_misses:.0f}{r.note}",
-        flush=True,
-    )
-
-
 # --- loading and ingesting --------------------------------------------------------------------
-
-
-class Phase:
-    """A worker command running in the background; when it ended."""
-
-    def __init__(
-        self,
-        name: str,
-        command: list[str],
-        env: dict[str, str],
-        log: IO[bytes],
-        cwd: Path,
-        cpus: frozenset[int] | None = None,
-    ) -> None:
-        self.name = name
-        self.started = time.monotonic()
-        self.ended: float | None = None
-        self.proc = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=log,
-            env=env,
-            cwd=cwd,
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None,
-        )
-        self._thread = threading.Thread(target=self._wait, daemon=True)
-        self._thread.start()
-
-    def _wait(self) -> None:
-        self.proc.wait()
-        self.ended = time.monotonic()
-
-    def join(self, timeout: float) -> int:
-        self._thread.join(timeout)
-        if self.proc.returncode is None:
-            self.proc.kill()
-            self._thread.join()
-        return int(self.proc.returncode)
-
-    def covered(self, start: float, end: float) -> str:
-        """How much of [start, end] this phase was running."""
-        stop = end if self.ended is None else min(end, self.ended)
-        share = max(0.0, stop - max(start, self.started)) / (end - start)
-        return f"  [{self.name} running {share:.0%} of the window]"
-
-
-def worker_env(url: str) -> dict[str, str]:
-    env = {**os.environ, "DATABASE_URL": url}
-    env.pop("PGENOUGH_CONFIG", None)
-    return env
-
-
-def last_run(url: str) -> tuple[Any, ...]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT id, status::text, plans_staged, plans_written, reason,"
-            " extract(epoch FROM staged_at - started_at),"
-            " extract(epoch FROM processed_at - staged_at)"
-            " FROM plans.runs ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-    if row is None:
-        raise RuntimeError("no run recorded")
-    return tuple(row)
-
-
-def load(url: str, plans: int, logs: Path) -> None:
-    """Ingest snapshot version 1 through the real commands; print what it took."""
-    env = worker_env(url)
-    cmd = pgenough_command()
-    t0 = time.perf_counter()
-    with (logs / "load.log").open("ab") as log:
-        sim = Simulator(plans, log, env, logs)
-        try:
-            provider = f"sim={sim.url}?version=1"
-            subprocess.run(
-                [cmd, "worker", "fetch", "--once", "--provider", provider],
-                stdout=log,
-                stderr=log,
-                env=env,
-                cwd=logs,
-                check=True,
-            )
-        finally:
-            sim.stop()
-        subprocess.run(
-            [cmd, "worker", "process", "--until-idle", "--concurrency", str(PROCESS_CONCURRENCY)],
-            stdout=log,
-            stderr=log,
-            env=env,
-            cwd=logs,
-            check=True,
-        )
-    took = time.perf_counter() - t0
-    run = last_run(url)
-    if run[1] != "PROCESSED":
-        raise RuntimeError(f"load run {run[0]} is {run[1]}: {run[4]}")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE plans.plans")
-        counts = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE ever_online), min(starts_at)::date,"
-            " max(starts_at)::date FROM plans.plans"
-        ).fetchone()
-    assert counts is not None
-    print(
-        f"load: ingestion of simulator snapshot v1 ({plans:,} plans): {took:.1f}s wall"
-        f" (fetch {float(run[5]):.1f}s, process {float(run[6]):.1f}s); plans in table"
-        f" {counts[0]:,}, ever online {counts[1]:,} ({counts[1] / counts[0]:.1%}), starts"
-        f" {counts[2]}..{counts[3]}; then VACUUM ANALYZE",
-        flush=True,
-    )
-
-
-def wait_first_claim(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pgenough.jobs WHERE queue = 'plans'"
-                " AND claimed_at IS NOT NULL"
-            ).fetchone()
-            status = last_run(url)[1]
-            if (row and row[0]) or status == "PROCESSED":
-                return
-            time.sleep(0.02)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the processes run: ``api`` the CPUs of the API and wrk, ``ingest`` those of the
-    fetch and process workers and the simulator (None: wherever the kernel puts them).
-    PostgreSQL is never pinned: it serves both sides."""
-
-    name: str
-    api: frozenset[int] | None = None
-    ingest: frozenset[int] | None = None
-
-
-SHARED = Placement("shared")
-
-
-def placements() -> list[Placement]:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        print(f"  (pinned placement skipped: {len(cpus)} CPU available)", flush=True)
-        return [SHARED]
-    return [SHARED, Placement("pinned", frozenset(cpus[:1]), frozenset(cpus[1:2]))]
-
-
-def pin(pid: int, cpus: Iterable[int] | None) -> None:
-    """Every thread of ``pid`` onto ``cpus`` (None: every CPU this process may use); the
-    threads it starts later inherit it."""
-    target = set(cpus) if cpus is not None else os.sched_getaffinity(0)
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(tid), target)
-
-
-@dataclass
-class Cell:
-    """One ingestion of a new snapshot with cold@1000 running through each of its phases."""
-
-    placement: str
-    max_pause: float
-    nice: int
-    fetch: Result
-    process: Result
-    fetch_s: float
-    process_s: float
-    plans: int
-
-    @property
-    def pacing(self) -> str:
-        return pacing_label(self.max_pause, self.nice)
-
-    @property
-    def rate(self) -> float:
-        return self.plans / (self.fetch_s + self.process_s)
-
-
-def pacing_label(max_pause: float, nice: int = 0) -> str:
-    label = f"pacing {max_pause:g}s" if max_pause else "no pacing"
-    return f"{label}, nice {nice}" if nice else label
-
-
-async def throttle(url: str, on: bool) -> None:
-    """A pressure of 1 published as if by an API, for an hour (on), or withdrawn."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        if on:
-            await pacing.publish(conn, THROTTLE_SOURCE, 1.0, 3600.0)
-        else:
-            await pacing.withdraw(conn, THROTTLE_SOURCE)
-
-
-def pacing_env(url: str, max_pause: float, nice: int = 0) -> dict[str, str]:
-    return {**worker_env(url), PACING_ENV: f"{max_pause:g}", NICE_ENV: str(nice)}
-
-
-def ingest_cell(
-    api: Api,
-    url: str,
-    plans: int,
-    version: int,
-    placement: Placement,
-    max_pause: float,
-    nice: int,
-    tmp: Path,
-    rate: int = FIXED_RATE,
-    serve: bool = False,
-) -> Cell:
-    """Snapshot ``version`` fetched, then processed, with cold searches at ``rate``/s running
-    for the whole of each phase (wrk stopped when the phase ends). ``serve``: the process
-    worker runs as deployed (its periodic duties on) and is stopped once the run is
-    processed, rather than ``--until-idle``."""
-    env = pacing_env(url, max_pause, nice)
-    cmd = pgenough_command()
-    label = f"{placement.name}, {pacing_label(max_pause, nice)}"
-    pin(api.proc.pid, placement.api)
-    with (tmp / "ingest.log").open("ab") as log:
-        sim = Simulator(plans, log, env, tmp)
-        try:
-            pin(sim.proc.pid, placement.ingest)
-            if nice:  # it stands for a provider elsewhere: it too yields the CPU
-                os.setpriority(os.PRIO_PROCESS, sim.proc.pid, nice)
-            provider = f"sim={sim.url}?version={version}"
-            fetch = Phase(
-                "fetch",
-                [cmd, "worker", "fetch", "--once", "--provider", provider],
-                env,
-                log,
-                tmp,
-                placement.ingest,
-            )
-            wait_streaming(url, fetch)
-            start = time.monotonic()
-            during_fetch = run_wrk(
-                api,
-                f"cold@{rate} during fetch [{label}]",
-                "cold",
-                None,
-                tmp,
-                10 + version,
-                rate,
-                cpus=placement.api,
-                stop_when=lambda: fetch.ended is not None,
-            )
-            during_fetch.note = fetch.covered(start, time.monotonic())
-            show(during_fetch)
-            code = fetch.join(1800)
-        finally:
-            sim.stop()
-        if code != 0:
-            raise RuntimeError(f"fetch of version {version} exited {code}")
-        process = process_phase(url, env, log, tmp, placement.ingest, serve)
-        wait_first_claim(url, 60)
-        start = time.monotonic()
-        during_process = run_wrk(
-            api,
-            f"cold@{rate} during process [{label}]",
-            "cold",
-            None,
-            tmp,
-            20 + version,
-            rate,
-            cpus=placement.api,
-            stop_when=lambda: process.ended is not None,
-        )
-        during_process.note = process.covered(start, time.monotonic())
-        show(during_process)
-        if process.join(1800) != 0:
-            raise RuntimeError(f"process of version {version} failed")
-    run = last_run(url)
-    if run[1] != "PROCESSED":
-        raise RuntimeError(f"run {run[0]} of version {version} is {run[1]}: {run[4]}")
-    cell = Cell(
-        placement.name,
-        max_pause,
-        nice,
-        during_fetch,
-        during_process,
-        float(run[5]),
-        float(run[6]),
-        int(run[2]),
-    )
-    print(
-        f"  ingestion of v{version} [{label}]: fetch {up(cell.fetch_s, 1)} s, process"
-        f" {up(cell.process_s, 1)} s, {cell.plans:,} plans: {down(cell.rate)} plans/s end to end",
-        flush=True,
-    )
-    return cell
-
-
-def process_phase(
-    url: str,
-    env: dict[str, str],
-    log: IO[bytes],
-    tmp: Path,
-    cpus: frozenset[int] | None,
-    serve: bool,
-) -> Phase:
-    """``pgenough worker process`` for the latest run: ``--until-idle``, or (``serve``) as a
-    deployment runs it, stopped with SIGTERM once the run is processed. ``--until-idle``
-    starts none of the worker's periodic duties (the plans vacuum among them)."""
-    command = [pgenough_command(), "worker", "process", "--concurrency", str(PROCESS_CONCURRENCY)]
-    if not serve:
-        return Phase("process", [*command, "--until-idle"], env, log, tmp, cpus)
-    phase = Phase("process", command, env, log, tmp, cpus)
-
-    def stop_when_processed() -> None:
-        while phase.ended is None and last_run(url)[1] not in (
-            RunStatus.PROCESSED,
-            RunStatus.FAILED,
-        ):
-            time.sleep(0.05)
-        if phase.ended is None:
-            phase.proc.send_signal(signal.SIGTERM)
-
-    threading.Thread(target=stop_when_processed, daemon=True).start()
-    return phase
-
-
-class NotStarted(RuntimeError):
-    """A worker exited before it did any work (e.g. PostgreSQL refused its connection)."""
-
-
-def wait_streaming(url: str, fetch: Phase, timeout: float = 60.0) -> None:
-    """Until the fetch's first COPY batch landed (its start-up is not ingestion)."""
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            if staged_rows(conn) > 0:
-                return
-            if fetch.ended is not None:
-                raise NotStarted(f"the fetch exited {fetch.proc.returncode} before streaming")
-            time.sleep(0.02)
-    raise NotStarted(f"the fetch staged nothing within {timeout:g} s")
-
-
-def retried(what: str, attempt: Callable[[], T]) -> T:
-    """``attempt()``, again (with a printed note) when a worker could not even start: the
-    shared PostgreSQL of a busy machine may refuse a connection for a moment."""
-    for n in range(1, START_ATTEMPTS + 1):
-        try:
-            return attempt()
-        except NotStarted as exc:
-            if n == START_ATTEMPTS:
-                raise
-            print(f"  ({what}: {exc}; attempt {n + 1} of {START_ATTEMPTS})", flush=True)
-            time.sleep(2.0)
-    raise AssertionError("unreachable")
-
-
-def staged_rows(conn: psycopg.Connection[Any]) -> int:
-    """Rows COPYed into the running run's staging table so far (PostgreSQL's statistics,
-    flushed by the fetch's backend at most once a second)."""
-    row = conn.execute(
-        "SELECT coalesce(sum(s.n_tup_ins), 0) FROM plans.runs r"
-        " JOIN pg_stat_user_tables s ON s.schemaname = 'plans'"
-        " AND s.relname = 'staging_' || r.id WHERE r.status = 'RUNNING'"
-    ).fetchone()
-    return int(row[0]) if row else 0
 
 
 @dataclass
@@ -944,19 +361,6 @@ def during_ingestion(
     return alone, cells
 
 
-PLANS_TABLES = ("plans.plans", "plans.plan_seen", "plans.plan_failures", "plans.runs")
-"""What ingestion writes (besides its staging tables, dropped after each run)."""
-
-
-def vacuum_plans(url: str) -> None:
-    """``VACUUM (ANALYZE)`` of the plans tables before a measured cell: each starts without
-    the dead rows of the ingestions before it, with fresh statistics (autovacuum stays on)."""
-    t0 = time.perf_counter()
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"VACUUM (ANALYZE) {', '.join(PLANS_TABLES)}")
-    print(f"  (VACUUM (ANALYZE) of the plans tables: {time.perf_counter() - t0:.1f} s)", flush=True)
-
-
 def search_curve(api: Api, url: str, plans: int, duration: int, tmp: Path) -> list[Point]:
     points = []
     seed = 40
@@ -1046,7 +450,7 @@ def ingestion_summary(alone: dict[str, Result], cells: list[Cell]) -> None:
         for c in (c for c in cells if c.placement == placement):
             worst = max(c.fetch.p99_ms, c.process.p99_ms) / base.p99_ms
             refused = c.fetch.non2xx + c.process.non2xx
-            verdict(
+            print_target(
                 f"{placement}, {c.pacing}: no 503 at 1,000/s and p99 <= {TARGET_INGEST_RATIO:g}x"
                 " alone, during fetch and process",
                 refused == 0 and worst <= TARGET_INGEST_RATIO,
@@ -1188,16 +592,11 @@ def deep_pages(api: Api, duration: int, tmp: Path, events: int) -> list[Result]:
 # --- summary ----------------------------------------------------------------------------------
 
 
-def verdict(what: str, met: bool, measured: str) -> bool:
-    print(f"  {what}: {'met' if met else 'NOT met'} ({measured})")
-    return met
-
-
 def summary(by: dict[str, Result], streamed: list[Streamed]) -> None:
     print("\nratios (same run) and targets:")
     small, whole = streamed
     growth = whole.rss_peak_kib / small.rss_peak_kib
-    verdict(
+    print_target(
         f"API peak RSS, every event / ~10k events <= {TARGET_STREAM_RSS_GROWTH:g} (flat)",
         growth <= TARGET_STREAM_RSS_GROWTH,
         f"{up(growth, 3)} = {whole.rss_peak_kib / 1024:.1f} / {small.rss_peak_kib / 1024:.1f} MiB"
@@ -1211,13 +610,13 @@ def summary(by: dict[str, Result], streamed: list[Streamed]) -> None:
         f" {up(cursor.p50_ms / near.p50_ms, 2)}x"
     )
     hot = by["hot"].ok_rps / by["trivial"].ok_rps
-    verdict(
+    print_target(
         f"hot / trivial 2xx rps >= {TARGET_HOT_RATIO}",
         hot >= TARGET_HOT_RATIO,
         f"{down(hot, 3)} = {down(by['hot'].ok_rps)} / {down(by['trivial'].ok_rps)}",
     )
     fixed = by["cold@1000"]
-    verdict(
+    print_target(
         f"cold p99 at ~1,000 rps <= {TARGET_COLD_P99_MS:g} ms, no 503",
         fixed.p99_ms <= TARGET_COLD_P99_MS and fixed.non2xx == 0,
         f"{up(fixed.p99_ms, 2)} ms at {down(fixed.rps)} rps achieved, non-2xx {fixed.non2xx}",
@@ -1281,12 +680,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     refuse_if_busy("bench.api")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install -y wrk)")
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        server = Server(with_database(url, "postgres"), "DATABASE_URL")
-    else:
-        embedded = start_embedded(args.data_dir, database="postgres")
-        server = Server(embedded.admin_url, f"embedded ({embedded.pgdata})")
+    server = ServerUnderTest.find(args.data_dir)
     facts = server_facts(server.admin_url)
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.split()
     print(

@@ -77,8 +77,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,8 +94,21 @@ from typing import Any
 
 import psycopg
 from bench._boundary_tasks import noop
-from bench.harness.machine import QUIET_BUSY, fmt_busy, refuse_if_busy, wait_quiet
-from bench.queue import Server, table, version_of
+from bench.harness.api_process import free_port
+from bench.harness.machine import (
+    QUIET_BUSY,
+    fmt_busy,
+    refuse_if_busy,
+    wait_quiet,
+)
+from bench.harness.report import (
+    percentile,
+    table,
+)
+from bench.harness.server import (
+    Server,
+    version_of,
+)
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgenough.core import Gap, migrate, publish, subscribe
@@ -340,12 +351,6 @@ async def _publish_all(spec: FanoutSpec) -> tuple[float, float, int]:
         return first, time.perf_counter() - start, seq
 
 
-def _percentile(samples: Sequence[float], q: int) -> float:
-    if len(samples) < 2:
-        return samples[0] if samples else float("nan")
-    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
-
-
 TOO_MANY = "too many clients"
 """PostgreSQL's refusal past max_connections: a measured outcome, reported as such."""
 
@@ -435,8 +440,8 @@ def _run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) -
         publish_s=publish_s,
         delivered=sum(received),
         elapsed_s=last - first if last else 0.0,
-        p50_ms=_percentile(latencies, 50) * 1000,
-        p99_ms=_percentile(latencies, 99) * 1000,
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
         lost=sum(sent - d for d in distinct),
         duplicates=sum(r - d for r, d in zip(received, distinct, strict=True)),
         gaps=sum(r.gaps for r in got),
@@ -685,12 +690,6 @@ class ConnPoint:
     @property
     def per_worker(self) -> float:
         return self.peak_conns / self.workers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgBouncer:

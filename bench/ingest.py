@@ -71,17 +71,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
-import math
 import os
 import platform
-import queue
-import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -90,13 +82,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psycopg
-from bench.harness.machine import refuse_if_busy
+from bench.harness.machine import (
+    refuse_if_busy,
+)
+from bench.harness.plan_workers import (
+    PROCESS_CONCURRENCY,
+)
+from bench.harness.processes import (
+    SEED,
+    Simulator,
+    pgenough_command,
+    run_measured,
+)
+from bench.harness.report import (
+    down,
+    print_target,
+    up,
+)
+from bench.harness.server import (
+    ServerUnderTest,
+    migrate_database,
+    server_facts,
+)
 
-from pgenough.core import migrate
-from pgenough.core.db import create_database, drop_database, start_embedded, with_database
+from pgenough.core.db import create_database, drop_database, with_database
 from pgenough_plans.ingest import store
 from pgenough_plans.ingest.feed import DEFAULT_CHUNK_SIZE, FeedParser, PlanRecord
 from pgenough_plans.sim.data import render_snapshot
@@ -105,13 +117,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = ROOT / ".pgenough-bench"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (10_000, 50_000)
-SEED = 1
 VERSION = 1
 CHUNK = DEFAULT_CHUNK_SIZE  # 64 KiB, as the simulator streams and the parser is fed
 COPY_BATCH = 5_000  # FetchConfig.copy_batch
-PROCESS_CONCURRENCY = 2
 CEILING_RUN_ID = 1_000_000_000  # staging tables of the COPY ceiling: far from real run ids
-SIM_START_TIMEOUT = 60.0
 CLAIM_POLL = 0.02
 
 TARGET = (
@@ -214,146 +223,10 @@ class SizeResult:
         return self.median(lambda r: r.fetch_rss_kib) / 1024
 
 
-@dataclass(frozen=True)
-class Server:
-    admin_url: str
-    label: str
-
-
 # --- processes --------------------------------------------------------------------------------
 
 
-def pgenough_command() -> str:
-    """The ``pgenough`` entry point of this interpreter's environment."""
-    beside = Path(sys.executable).with_name("pgenough")
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("pgenough")
-    if found is None:
-        raise SystemExit("the pgenough command is not installed (pip install -e '.[test]')")
-    return found
-
-
-LAUNCHER = Path(__file__).resolve().with_name("_rusage.py")
-
-
-@dataclass
-class Reaped:
-    code: int
-    wall_s: float
-    maxrss_kib: int
-    cpu_s: float
-    rss_samples: list[tuple[float, int]] = field(default_factory=list)
-    """``(seconds since spawn, VmRSS KiB)`` every 0.1 s."""
-
-
-def reap(proc: subprocess.Popen[Any], started: float, timeout: float) -> Reaped:
-    """Wait for ``proc`` with ``os.wait4``; kill it after ``timeout``. Its ``ru_maxrss`` is
-    at least this process's RSS (see ``_rusage.py``): use ``run_measured`` for a worker."""
-    timer = threading.Timer(timeout, lambda: _kill(proc.pid))
-    timer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return Reaped(proc.returncode, wall, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def run_measured(
-    command: list[str], env: dict[str, str], cwd: Path, log: IO[bytes], timeout: float
-) -> Reaped:
-    """Run ``command`` under the small ``_rusage.py`` launcher, which reaps it with
-    ``os.wait4`` and reports its own peak RSS, CPU time, wall time and RSS curve."""
-    result = cwd / f"rusage-{uuid.uuid4().hex[:8]}.json"
-    launcher = [sys.executable, str(LAUNCHER), str(result), str(timeout), *command]
-    proc = subprocess.Popen(launcher, stdout=log, stderr=log, env=env, cwd=cwd)
-    try:
-        proc.wait(timeout + 30)
-    finally:
-        if proc.returncode is None:
-            _kill(proc.pid)
-            proc.wait()
-    if proc.returncode != 0 or not result.exists():
-        raise RuntimeError(f"the launcher failed ({proc.returncode}) for {command[:3]}")
-    data = json.loads(result.read_text())
-    result.unlink()
-    return Reaped(
-        code=int(data["code"]),
-        wall_s=float(data["wall_s"]),
-        maxrss_kib=int(data["maxrss_kib"]),
-        cpu_s=float(data["utime_s"]) + float(data["stime_s"]),
-        rss_samples=[(float(t), int(k)) for t, k in data["rss_samples"]],
-    )
-
-
-class Simulator:
-    """``pgenough provider-sim`` as a child process, its stdout drained by a thread."""
-
-    def __init__(self, plans: int, log: IO[bytes], env: dict[str, str], cwd: Path) -> None:
-        command = [pgenough_command(), "provider-sim", "--plans", str(plans), "--port", "0"]
-        self.proc = subprocess.Popen(
-            [*command, "--seed", str(SEED)],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env=env,
-            cwd=cwd,
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._drain, daemon=True).start()
-        self.url = self._wait_ready()
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode(errors="replace"))
-        self._lines.put(None)
-
-    def _wait_ready(self) -> str:
-        deadline = time.monotonic() + SIM_START_TIMEOUT
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                raise RuntimeError("the provider simulator exited before it was ready")
-            if line.startswith("provider simulator:"):
-                return line.split()[2]  # "provider simulator: URL (N plans, seed S)"
-        raise RuntimeError("the provider simulator did not print its URL in time")
-
-    def stop(self) -> float:
-        """Stop it (SIGINT, then SIGKILL); its CPU seconds."""
-        if self.proc.returncode is not None:
-            return 0.0
-        self.proc.send_signal(signal.SIGINT)
-        return reap(self.proc, time.perf_counter(), 15.0).cpu_s
-
-
 # --- database ---------------------------------------------------------------------------------
-
-
-SERVER_FACTS = ("server_version", "synchronous_commit", "fsync", "shared_buffers", "max_wal_size")
-
-
-def server_facts(admin_url: str, names: Sequence[str] = SERVER_FACTS) -> dict[str, str]:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        facts = {}
-        for name in names:
-            row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-            facts[name] = str(row[0]) if row else "?"
-        return facts
-
-
-async def migrate_database(url: str) -> None:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await migrate(conn, [store.MIGRATIONS])
 
 
 # --- ceilings ---------------------------------------------------------------------------------
@@ -640,7 +513,7 @@ def verify(plans: int, ceilings: Ceilings, run: EndToEnd) -> list[str]:
 
 
 def bench_size(
-    server: Server, plans: int, args: argparse.Namespace, tmp: Path
+    server: ServerUnderTest, plans: int, args: argparse.Namespace, tmp: Path
 ) -> SizeResult | None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\n== {plans:,} plans (load average {load})", flush=True)
@@ -699,18 +572,6 @@ def _show_logs(logs: Path) -> None:
 
 
 # --- report -----------------------------------------------------------------------------------
-
-
-def down(value: float, digits: int = 0) -> str:
-    """A higher-is-better figure for display: truncated, never rounded up."""
-    scale = 10**digits
-    return f"{math.floor(value * scale) / scale:,.{digits}f}"
-
-
-def up(value: float, digits: int = 1) -> str:
-    """A lower-is-better figure (memory, growth) for display: rounded up, never down."""
-    scale = 10**digits
-    return f"{math.ceil(value * scale) / scale:,.{digits}f}"
 
 
 def _s(value: float | None) -> str:
@@ -794,7 +655,7 @@ def print_summary(results: list[SizeResult]) -> bool:
     if big is None:
         print(f"  >= {TARGET_E2E:,.0f} plans/s end to end at 1M plans: not measured")
     else:
-        _target(
+        print_target(
             f">= {TARGET_E2E:,.0f} plans/s end to end at 1M plans",
             big.e2e_rate >= TARGET_E2E,
             f"{down(big.e2e_rate)} plans/s",
@@ -805,7 +666,7 @@ def print_summary(results: list[SizeResult]) -> bool:
         for r in results:
             if r.runs and r.plans != RSS_BASE_SIZE:
                 growth = r.rss_mib / base.rss_mib
-                _target(
+                print_target(
                     f"peak fetch RSS <= {TARGET_RSS_GROWTH}x the 10k figure, at {r.plans:,}",
                     growth <= TARGET_RSS_GROWTH,
                     f"{up(growth, 3)}x: {up(r.rss_mib)} / {up(base.rss_mib)} MiB",
@@ -819,12 +680,12 @@ def print_summary(results: list[SizeResult]) -> bool:
         print(f"  e2e >= {EARLIER_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}: not measured")
         print(f"  fetch RSS <= {TARGET_RSS_MIB:.0f} MiB at {TARGET_E2E_SIZE:,}: not measured")
     else:
-        _target(
+        print_target(
             f"e2e >= {EARLIER_E2E:,.0f} plans/s at {TARGET_E2E_SIZE:,}",
             big.e2e_rate >= EARLIER_E2E,
             f"{down(big.e2e_rate)} plans/s",
         )
-        _target(
+        print_target(
             f"fetch RSS <= {TARGET_RSS_MIB:.0f} MiB at {TARGET_E2E_SIZE:,}",
             big.rss_mib <= TARGET_RSS_MIB,
             f"{up(big.rss_mib)} MiB",
@@ -832,16 +693,12 @@ def print_summary(results: list[SizeResult]) -> bool:
     for r in results:
         if r.runs:
             ratio = r.e2e_rate / r.ceilings.parse.rate(r.ceilings.plans_seen)
-            _target(
+            print_target(
                 f"e2e >= {TARGET_PARSE_RATIO} x parse-only at {r.plans:,}",
                 ratio >= TARGET_PARSE_RATIO,
                 down(ratio, 3),
             )
     return all(not r.problems and r.runs for r in results)
-
-
-def _target(what: str, met: bool, measured: str) -> None:
-    print(f"  {what}: {'met' if met else 'NOT met'} ({measured})")
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -886,12 +743,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     refuse_if_busy("bench.ingest")
-    url = os.environ.get("DATABASE_URL")
-    if url:
-        server = Server(with_database(url, "postgres"), "DATABASE_URL")
-    else:
-        embedded = start_embedded(args.data_dir, database="postgres")
-        server = Server(embedded.admin_url, f"embedded ({embedded.pgdata})")
+    server = ServerUnderTest.find(args.data_dir)
     facts = server_facts(server.admin_url)
     print(
         f"pgenough ingest benchmark: {platform.python_implementation()}"

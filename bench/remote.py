@@ -88,35 +88,52 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from bench.harness.machine import QUIET_BUSY, fmt_busy, refuse_if_busy, wait_quiet
-from bench.queue import (
-    DEFAULT_DATA_DIR,
-    KIND,
+from bench.harness.drain import (
     MAX_JOBS,
-    OURS_POOL_SIZE,
-    QUEUE,
     SIZE_MARGIN,
-    SYSTEMS,
-    DrainSpec,
+    prepare_drain,
+    run_python_drain,
+)
+from bench.harness.latency import (
     Enqueue,
     LatencyWorker,
-    Server,
-    System,
     Timed,
-    _latency_worker_main,
-    connection_budget,
+    latency_worker_main,
+    run_latency,
+    single_enqueuer,
+)
+from bench.harness.machine import (
+    QUIET_BUSY,
+    fmt_busy,
+    refuse_if_busy,
+    wait_quiet,
+)
+from bench.harness.report import (
     fmt_ms,
     fmt_rate,
     fmt_ratio,
     percentile_99,
-    prepare_drain,
+    table,
+)
+from bench.harness.server import (
+    DEFAULT_DATA_DIR,
+    Server,
+    connection_budget,
+    version_of,
+)
+from bench.harness.systems import (
+    SYSTEMS,
+)
+from bench.harness.systems.base import (
+    KIND,
+    OURS_POOL_SIZE,
+    QUEUE,
+    DrainSpec,
+    System,
+)
+from bench.harness.systems.raw import (
     raw_connect,
     raw_take,
-    run_latency,
-    run_python_drain,
-    single_enqueuer,
-    table,
-    version_of,
 )
 from psycopg.conninfo import make_conninfo
 from tests.helpers.netproxy import Counters
@@ -491,7 +508,7 @@ def measure_latency(
 ) -> dict[LatencyKind, Latency]:
     """bench/queue.py's ``run_latency``: ours by its latency worker, raw by its loop."""
     workers: dict[LatencyKind, LatencyWorker] = {
-        kind: (_latency_worker_main, ("ours", url))
+        kind: (latency_worker_main, ("ours", url))
         if kind == "ours"
         else (_raw_latency_worker_main, (url,))
         for kind, url in urls.items()

@@ -82,23 +82,39 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from bench.api import (
-    Api,
-    Cell,
-    Placement,
-    Result,
-    http_get,
-    ingest_cell,
+from bench.harness.api_process import Api, http_get
+from bench.harness.machine import (
+    refuse_if_busy,
+)
+from bench.harness.plan_workers import (
     last_run,
     load,
     process_phase,
-    run_wrk,
-    show,
     vacuum_plans,
     worker_env,
 )
-from bench.harness.machine import refuse_if_busy
-from bench.ingest import Simulator, down, migrate_database, pgenough_command, server_facts, up
+from bench.harness.processes import (
+    Simulator,
+    pgenough_command,
+)
+from bench.harness.report import (
+    down,
+    up,
+)
+from bench.harness.server import (
+    migrate_database,
+    server_facts,
+)
+from bench.harness.under_load import (
+    Cell,
+    Placement,
+    ingest_cell,
+)
+from bench.harness.wrk import (
+    Result,
+    run_wrk,
+    show,
+)
 from tests.helpers.standby import BIN, StandbyPair, missing
 
 from pgenough_plans.api.search import Q as SEARCH_Q
@@ -117,7 +133,6 @@ PROBE_QUERY = SearchQuery(
     limit=50, offset=1000,
 )  # fmt: skip
 """A cold search as wrk sends them (a deep offset: its skipped plans are read too)."""
-PROCESS_CONCURRENCY = 2
 DURABLE = "fsync = on\nsynchronous_commit = on\nfull_page_writes = on\n"
 """PostgreSQL's defaults, which the test pair turns off for speed: measured as deployed."""
 

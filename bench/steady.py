@@ -119,27 +119,41 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import psycopg
-from bench.harness.machine import refuse_if_busy
-from bench.queue import (
-    BARRIER_TIMEOUT,
-    DEFAULT_DATA_DIR,
-    KIND,
+from bench.harness.drain import (
     MAX_SIZINGS,
     MIN_DRAIN_S,
+    grown,
+    prepare_drain,
+    run_drain,
+)
+from bench.harness.machine import (
+    refuse_if_busy,
+)
+from bench.harness.report import (
+    fmt_ms,
+    percentile,
+    table,
+    verdict,
+)
+from bench.harness.server import (
+    DEFAULT_DATA_DIR,
+    Server,
+    autovacuum_on,
+    server_facts,
+)
+from bench.harness.systems.base import (
+    BARRIER_TIMEOUT,
+    KIND,
     OURS_POOL_SIZE,
     QUEUE,
     DrainSpec,
-    Server,
-    enqueue_ours,
+)
+from bench.harness.systems.ours import enqueue_ours, setup_ours
+from bench.harness.systems.raw import (
     enqueue_raw,
-    grown,
-    prepare_drain,
     raw_connect,
     raw_take,
-    run_drain,
-    setup_ours,
     setup_raw,
-    table,
 )
 
 from pgenough.core import (
@@ -677,13 +691,7 @@ def p50(xs: Sequence[float]) -> float:
 
 
 def p99(xs: Sequence[float]) -> float:
-    if len(xs) < 2:
-        return xs[0] if xs else float("nan")
-    return statistics.quantiles(xs, n=100, method="inclusive")[98]
-
-
-def ms(x: float) -> str:
-    return f"{x * 1000:.2f}"
+    return percentile(xs, 99)
 
 
 def mib(x: float) -> str:
@@ -820,7 +828,7 @@ def print_series(result: PhaseResult, every: int) -> None:
                 f"{result.sent_rate(max(0, t - SAMPLE), t) if t > 0 else 0:,.0f}",
                 f"{result.done_rate(max(0, t - SAMPLE), t) if t > 0 else 0:,.0f}",
                 f"{result.backlog(t):,}",
-                ms(p50(result.claim_latencies(t - SAMPLE, t))),
+                fmt_ms(p50(result.claim_latencies(t - SAMPLE, t))),
                 mib(s["total"]),
                 mib(s["claim_idx"]),
                 f"{s['live']:,.0f}",
@@ -929,44 +937,6 @@ def render(
 
 
 # -- autovacuum ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def autovacuum_on(admin_url: str, allow_alter: bool) -> Any:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        row = conn.execute("SHOW autovacuum").fetchone()
-        if row and row[0] == "on":
-            print("autovacuum: on (server setting)")
-            yield
-            return
-        if not allow_alter:
-            raise SystemExit("autovacuum is off on this server and --no-alter-system was given")
-        conn.execute("ALTER SYSTEM SET autovacuum = on")
-        conn.execute("SELECT pg_reload_conf()")
-        time.sleep(1.0)
-        row = conn.execute("SHOW autovacuum").fetchone()
-        print(
-            "autovacuum: off on this server; turned on for the run with ALTER SYSTEM SET "
-            f"autovacuum = on + pg_reload_conf() (now {row[0] if row else '?'}), reset at the end"
-        )
-    try:
-        yield
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM RESET autovacuum")
-            conn.execute("SELECT pg_reload_conf()")
-            time.sleep(0.5)
-            row = conn.execute("SHOW autovacuum").fetchone()
-            print(f"autovacuum: reset (ALTER SYSTEM RESET autovacuum): {row[0] if row else '?'}")
-
-
-def settings(url: str) -> dict[str, str]:
-    with psycopg.connect(url, autocommit=True) as conn:
-        out = {}
-        for name in SETTINGS:
-            row = conn.execute(f"SHOW {name}").fetchone()
-            out[name] = str(row[0]) if row else "?"
-        return out
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -1085,9 +1055,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run = Run()
     try:
         with autovacuum_on(server.admin_url, not args.no_alter_system):
-            print(
-                "settings: " + ", ".join(f"{k}={v}" for k, v in settings(server.admin_url).items())
-            )
+            facts = server_facts(server.admin_url, SETTINGS)
+            print("settings: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
             measure(ctx, server, run, systems, args, jobs, phase, sustain, hold)
     except KeyboardInterrupt:
         run.failed["run"] = "interrupted (KeyboardInterrupt): the phases after it did not run"
@@ -1377,9 +1346,9 @@ def report(run: Run, hold: float) -> dict[str, Any]:
                     f"{r.sent_rate(a, b):,.0f}",
                     f"{r.done_rate(a, b):,.0f}",
                     f"{whole:.3f}x",
-                    ms(p50(e2e)),
-                    ms(p99(e2e)),
-                    ms(p50(claims)),
+                    fmt_ms(p50(e2e)),
+                    fmt_ms(p99(e2e)),
+                    fmt_ms(p50(claims)),
                     f"{max((r.backlog(t) for t in range(int(b))), default=0):,}",
                     *size_row(r),
                 ]
@@ -1439,7 +1408,7 @@ def report(run: Run, hold: float) -> dict[str, Any]:
                     f"{t.done:,.0f}",
                     f"{t.done / t.enqueued if t.enqueued else float('nan'):.3f}x",
                     f"{t.final_backlog:,} / {t.backlog_limit:,.0f}",
-                    ms(t.e2e_p99),
+                    fmt_ms(t.e2e_p99),
                     "yes" if t.holds else "no",
                 ]
                 for t in tries
@@ -1485,7 +1454,7 @@ def report(run: Run, hold: float) -> dict[str, Any]:
                     f"{a.done:,.0f} / {b.done:,.0f}",
                     f"{a.growth:,} / {b.growth:,}",
                     f"{'yes' if a.holds else 'no'} / {'yes' if b.holds else 'no'}",
-                    f"{ms(a.claim_p50)} / {ms(b.claim_p50)}",
+                    f"{fmt_ms(a.claim_p50)} / {fmt_ms(b.claim_p50)}",
                 ]
             )
         print("ramp steps, without / with the held snapshot:")
@@ -1496,10 +1465,10 @@ def report(run: Run, hold: float) -> dict[str, Any]:
             )
         )
         print(
-            f"claim p50: base {ms(h['claim_p50_base'])} ms; ramp without hold "
-            f"{ms(h['claim_p50_ramp'])} ms; during the hold {ms(h['claim_p50_held'])} ms "
+            f"claim p50: base {fmt_ms(h['claim_p50_base'])} ms; ramp without hold "
+            f"{fmt_ms(h['claim_p50_ramp'])} ms; during the hold {fmt_ms(h['claim_p50_held'])} ms "
             f"({h['claim_p50_held'] / h['claim_p50_ramp']:.2f}x); from 20 s after release "
-            f"{ms(h['claim_p50_after'])} ms"
+            f"{fmt_ms(h['claim_p50_after'])} ms"
         )
         print(
             f"peak done/s over the ramp steps: without hold {h['peak_done_ramp']:,.0f}, during "
@@ -1513,8 +1482,8 @@ def report(run: Run, hold: float) -> dict[str, Any]:
         fmt = lambda x: "not within the run" if x is None else f"{x:.0f} s"  # noqa: E731
         print(
             f"recovery (backlog <= {h['backlog_max']:,.0f}, 1 s claim p50 <= "
-            f"{ms(h['claim_max'])} ms): after the no-hold ramp {fmt(h['recovery_ramp'])}, after "
-            f"the release {fmt(h['recovery_held'])}"
+            f"{fmt_ms(h['claim_max'])} ms): after the no-hold ramp {fmt(h['recovery_ramp'])}, "
+            f"after the release {fmt(h['recovery_held'])}"
         )
         summary["held"][system] = {
             **{k: v for k, v in h.items() if k != "steps"},
@@ -1568,7 +1537,7 @@ def target_rows(run: Run, hold: float) -> list[list[str]]:
                 done, sent = r.started_by(r.spec.length), r.enqueued_by(r.spec.length)
                 keep = f"{x:.3f}x ({done:,} of {sent:,} jobs)", x >= KEEP_UP
                 y = p99(r.e2e(SETTLE, r.spec.length))
-                e2e = f"{ms(y)} ms", y <= e2e_max
+                e2e = f"{fmt_ms(y)} ms", y <= e2e_max
             phase = f"steady {label}"
             add(f"{label}: done/s >= {KEEP_UP}x enqueued/s, whole phase", phase, keep)
             add(f"{label}: e2e p99 <= {e2e_max * 1000:.0f} ms", phase, e2e)
@@ -1589,7 +1558,8 @@ def target_rows(run: Run, hold: float) -> list[list[str]]:
         if system in run.held:
             h = held_figures(run.held[system])
             x = h["claim_p50_held"] / h["claim_p50_ramp"]
-            claim = f"{x:.2f}x ({ms(h['claim_p50_held'])} / {ms(h['claim_p50_ramp'])} ms)", x <= 2
+            held_p50, ramp_p50 = fmt_ms(h["claim_p50_held"]), fmt_ms(h["claim_p50_ramp"])
+            claim = f"{x:.2f}x ({held_p50} / {ramp_p50} ms)", x <= 2
             x = h["sustainable_ratio"]
             rate = (
                 f"{x:.2f}x ({h['sustainable_held']:,.0f} / {h['sustainable_ramp']:,.0f} jobs/s)",
@@ -1602,10 +1572,6 @@ def target_rows(run: Run, hold: float) -> list[list[str]]:
         add(f"{held}: sustainable rate >= 0.8x", "held xmin", rate)
         add(f"{held}: recovery <= 30 s", "held xmin", rec)
     return rows
-
-
-def verdict(ok: bool) -> str:
-    return "met" if ok else "NOT met"
 
 
 if __name__ == "__main__":

@@ -470,7 +470,7 @@ def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(
 ) -> None:
     """bench/queue.py's raw SKIP LOCKED loop is the queue's ceiling: it must not fall into the
     traps either (its cached plan was a nested-loop semi join over Seq Scans, O(rows²))."""
-    from bench.queue import RAW_SCHEMA, raw_connect, raw_take
+    from bench.harness.systems.raw import RAW_SCHEMA, raw_connect, raw_take
 
     plans = Plans()
     with raw_connect(database_url) as conn:
