@@ -12,9 +12,9 @@ Run it from the repository root, with the project's virtualenv and ``wrk`` insta
 
 (``make bench-api`` runs the third line: everything, the curve drawn. A full run at 1M plans:
 about 13-15 min on a quiet 2-core machine, estimated; 21 min at 200k plans under load.)
-Run it as a module: ``python bench/api.py`` puts
-``bench/`` first on ``sys.path``, where ``bench/queue.py`` shadows the standard library's
-``queue`` and psycopg fails to import. With
+Run it as a module (``bench/api/`` is a package; as a script, ``bench/`` would come first on
+``sys.path``, where ``bench/queue/`` shadows the standard library's ``queue`` and psycopg fails
+to import). With
 ``DATABASE_URL`` a fresh database is created on that server; without it, on the embedded
 server started in ``.pgenough-bench/``. It is dropped at the end unless ``--keep``.
 
@@ -24,12 +24,12 @@ Setup (untimed, except the load, whose time is printed):
 2. **Load**: ``--plans`` plans (default 1,000,000) through the real ingestion path: the
    simulator as its own process (``pgenough provider-sim --plans N --port 0 --seed 1``), then
    ``pgenough worker fetch --once --provider sim=<url>?version=1``, then ``pgenough worker
-   process --until-idle --concurrency 2`` (as ``bench/ingest.py`` does, whose helpers this
-   script imports). The simulator's plans start on days spread over 2021-2022; ~90% are
+   process --until-idle --concurrency 2`` (as ``bench.ingest`` does, with the helpers they share in
+   ``bench/harness/``). The simulator's plans start on days spread over 2021-2022; ~90% are
    ever online. Then ``VACUUM ANALYZE plans.plans``. Autovacuum is on for the whole run,
    as users run it: on a server that has it off (the PostgreSQL 15 server here runs with
    ``autovacuum=off``) the benchmark turns it on with ``ALTER SYSTEM SET autovacuum = on``
-   and a reload and resets it at the end, as ``bench/steady.py`` does (``--no-alter-system``
+   and a reload and resets it at the end, as ``bench.steady`` does (``--no-alter-system``
    stops instead).
 3. ``pgenough api --port P`` as its own process (one uvicorn worker, ``DATABASE_URL`` in its
    environment, every other setting at its default except ``PGENOUGH_API_CACHE_TTL=60`` so

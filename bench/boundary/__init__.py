@@ -63,7 +63,7 @@ directly; the same session-level advisory lock tried by two pooled connections; 
 automatic prepared statements (a query run more than ``prepare_threshold`` times).
 
 *busy* - the machine's CPU busy fraction just before a measurement, after waiting up to
-``--quiet-wait`` seconds for it to drop under ``QUIET_BUSY`` (as in ``bench/queue.py``).
+``--quiet-wait`` seconds for it to drop under ``QUIET_BUSY`` (as in ``bench.queue``).
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def run_python_drain(
     on_ready: Callable[[], object] | None = None,
 ) -> tuple[float, int]:
     """``on_ready``, when given, is called once every worker waits at the barrier (connected,
-    nothing claimed yet), just before the clock starts: bench/remote.py reads its proxy's
+    nothing claimed yet), just before the clock starts: bench.remote reads its proxy's
     counters there, so that they count the drain's traffic only."""
     barrier = ctx.Barrier(workers + 1)
     reports: MPQueue[WorkerReport] = ctx.Queue()

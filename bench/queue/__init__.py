@@ -13,11 +13,11 @@ Run it from the repository root::
     python -m bench.queue --workers 1,2,4,8,16 --batches 100 --systems ours,raw,nats,rabbitmq \
         --no-latency --plot docs/img/boundary-drain.png   # issue 13 §5's curve
 
-(``python bench/queue.py`` works too.) With ``DATABASE_URL`` the benchmark creates one fresh
-database per PostgreSQL system on that server and drops them at the end; without it, it starts
-(or reuses) the embedded server in ``.pgenough-bench/``. Every PostgreSQL system runs on the
-same server with the same settings, which are printed first (``synchronous_commit`` must be
-``on``). The brokers are taken where ``NATS_URL`` (default ``nats://127.0.0.1:4222``) and
+(Only as a module: ``bench/queue/`` is a package.) With ``DATABASE_URL`` the benchmark creates
+one fresh database per PostgreSQL system on that server and drops them at the end; without it,
+it starts (or reuses) the embedded server in ``.pgenough-bench/``. Every PostgreSQL system runs
+on the same server with the same settings, which are printed first (``synchronous_commit`` must
+be ``on``). The brokers are taken where ``NATS_URL`` (default ``nats://127.0.0.1:4222``) and
 ``RABBITMQ_URL`` (default ``amqp://guest:guest@127.0.0.1:5672/``) say. A system that cannot run
 here (a Python package or node missing, a broker not answering) is printed as ``skipped:
 <system> (<why>)`` and left out; nothing stands in for it.

@@ -20,7 +20,8 @@ distort what it measures; in its own process it costs a few hundredths to a tent
 millisecond per round trip on loopback, measured and printed first (``SELECT 1``, direct and
 through the proxy at 0 ms), and CPU time on the same 2 cores as the client and the server.
 
-What runs is ``bench/queue.py``'s, imported (its docstring says what each figure means):
+What runs is ``bench.queue``'s harness, imported from ``bench/harness/`` (``bench.queue``'s
+docstring says what each figure means):
 
 - *drain jobs/s*: its harness (``DrainSpec``, ``run_python_drain``: N no-op jobs loaded,
   ``VACUUM ANALYZE`` + ``CHECKPOINT``, W spawned worker processes released together by a
@@ -33,7 +34,7 @@ What runs is ``bench/queue.py``'s, imported (its docstring says what each figure
   also ours at twice the batch size of concurrency (``c=200``: what a worker has in place of
   a prefetch setting). A cell (RTT, system, workers, batch, concurrency) is drained
   ``--repeat`` times (rounds interleave the systems) and its median reported. Each drain
-  lasts at least ``--min-drain`` seconds (1.5: 2 s, bench/queue.py's, would take the default
+  lasts at least ``--min-drain`` seconds (1.5: 2 s, bench.queue's, would take the default
   run past 10 minutes): a cell's first size at an RTT comes from what it did at the ones
   before (seconds per job against the measured RTT, extrapolated), a drain still too short is
   re-sized and run again, not counted, and one far too long makes the later rounds' shorter.
@@ -76,7 +77,7 @@ WORKERS = (1, 4)
 SYSTEM_CHOICES: tuple[System, ...] = ("raw", "ours-batched", "ours-batch-tx")
 DRAINS = 3
 MIN_DRAIN = 1.5
-"""Seconds a counted drain lasts at least (bench/queue.py's 2 s would take the default run
+"""Seconds a counted drain lasts at least (bench.queue's 2 s would take the default run
 past 10 minutes; 3 rounds of 1.5 s or more still average out a drain's start and end)."""
 LATENCY_SAMPLES = 60
 FIRST_JOBS = {1: 5_000, 100: 100_000}

@@ -20,7 +20,7 @@ from tests.helpers.netproxy import Counters
 
 
 def default_concurrency(batch: int) -> int:
-    """bench/queue.py's (``DrainSpec.default``)."""
+    """bench.queue's (``DrainSpec.default``)."""
     return max(10, batch)
 
 
@@ -211,7 +211,7 @@ def run_drains(
 
 def shapes(plan: Plan, rtt: float) -> list[Shape]:
     """The drains of one round at ``rtt``: every system, worker count and batch at
-    bench/queue.py's concurrency; at the longest RTT also ours with twice the batch size
+    bench.queue's concurrency; at the longest RTT also ours with twice the batch size
     of concurrency (one worker process, batches above 1): its prefetch."""
     found: list[Shape] = [
         (system, workers, batch, default_concurrency(batch))

@@ -74,7 +74,7 @@ async def raw_enqueuer(url: str) -> Any:
 def measure_latency(
     ctx: SpawnContext, urls: dict[LatencyKind, str], samples: int, rtt: float
 ) -> dict[LatencyKind, Latency]:
-    """bench/queue.py's ``run_latency``: ours by its latency worker, raw by its loop."""
+    """bench.harness.latency's ``run_latency``: ours by its latency worker, raw by its loop."""
     workers: dict[LatencyKind, LatencyWorker] = {
         kind: (latency_worker_main, ("ours", url))
         if kind == "ours"

@@ -18,7 +18,7 @@ the test pair turns them off) and restarted; replication is asynchronous, autova
 Both are removed at the end.
 
 **Load**: ``--plans`` plans through the real ingestion path into the primary (as
-``bench/api.py`` does), ``VACUUM ANALYZE``, then until the standby has replayed it all.
+``bench.api`` does), ``VACUUM ANALYZE``, then until the standby has replayed it all.
 
 **Placements** (``sched_setaffinity``; a cluster is pinned through its postmaster and every
 process it has forked, and the backends it forks later inherit it):
@@ -29,15 +29,15 @@ process it has forked, and the backends it forks later inherit it):
 - ``shared``: one server: the standby stopped, ``pgenough api`` reading the primary (no
   ``PGENOUGH_API_READ_URL``), every process on both CPUs wherever the kernel puts it.
 
-**Steps**, each measured cell on freshly vacuumed plans tables (as in ``bench/api.py``):
+**Steps**, each measured cell on freshly vacuumed plans tables (as in ``bench.api``):
 
-1. ``isolated``: the rate: cold searches (``bench/api.py``'s ``cold``: random 1-30 day
+1. ``isolated``: the rate: cold searches (``bench.api``'s ``cold``: random 1-30 day
    windows, random offsets, ``limit=50``) at 1,000/s alone for ``--duration`` s, then 750,
    500, 250 until one has p99 <= 50 ms and no 503: the rate the replica sustains alone; that
    run is the baseline of the ratios.
 2. ``isolated``, a new snapshot of the same plans fetched and processed with the searches at
-   that rate for the whole of each phase (``bench/api.py``'s ``ingest_cell``; the process
-   worker runs as deployed, its periodic duties on); meanwhile a thread samples the
+   that rate for the whole of each phase (``bench/harness/under_load.py``'s ``ingest_cell``;
+   the process worker runs as deployed, its periodic duties on); meanwhile a thread samples the
    primary's ``pg_stat_replication`` (``replay_lag``, and the bytes not yet replayed) and
    the API's ``/metrics`` (its own lag measure, reads per target) every 0.25 s. Then the
    same at the next lower rate of the list, with its own alone baseline: the rate step 1
@@ -49,13 +49,13 @@ process it has forked, and the backends it forks later inherit it):
 4. ``shared``: at each of the two rates, the searches alone, then a snapshot ingested under
    them.
 
-Figures: wrk's (``bench/api.py``: rps, p50/p99/max, non-2xx = 503 ``TOO_BUSY``), the
+Figures: wrk's (``bench.api``: rps, p50/p99/max, non-2xx = 503 ``TOO_BUSY``), the
 ingestion's fetch s, process s and plans/s end to end (``plans.runs``), the replica's lag
 over the run (max and p99 of ``replay_lag``; max bytes behind), and the searches the API sent
 to the primary instead (past ``PGENOUGH_API_MAX_REPLICA_LAG``, 5 s by default).
 
 Target (issue 24): during a 1M ingestion, ``isolated`` p99 <= 1.5x its alone p99 and no 503,
-at a rate the replica sustains alone with p99 <= 50 ms. Display as in ``bench/api.py``: rates
+at a rate the replica sustains alone with p99 <= 50 ms. Display as in ``bench.api``: rates
 truncated, latencies and ratios rounded up.
 """
 

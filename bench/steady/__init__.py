@@ -11,8 +11,8 @@ Run it from the repository root::
 Burn-down figures flatter every queue: a backlog drained once never meets its own dead rows.
 This benchmark runs pgenough's batched worker (``ours``, its maintenance duties on as deployed: the
 vacuum duty among them) and the raw SKIP LOCKED loop of
-``bench/queue.py`` (``raw``; its DELETE prepared but planned each time, on the claim index:
-``bench.queue.RAW_OPTIONS``) one after the other, each in its own fresh database, with
+``bench.queue`` (``raw``; its DELETE prepared but planned each time, on the claim index:
+``bench.harness.systems.raw.RAW_OPTIONS``) one after the other, each in its own fresh database, with
 autovacuum ON (as users run it). If the server has it off, the benchmark turns it on with
 ``ALTER SYSTEM SET autovacuum = on`` and a reload, and resets it at the end (the per-table
 ``autovacuum_enabled`` storage parameter does nothing while the launcher is off);
@@ -27,10 +27,10 @@ when the search runs six phases and every phase uses its catch-up. ``--quick``: 
 Per system, in one run (each phase after a ``VACUUM ANALYZE``, from an empty queue):
 
 1. *capacity*: a backlog of ``--jobs`` no-op jobs is drained by W worker processes
-   (``bench.queue.run_drain``: the same workers and settings as ``bench/queue.py``, batch B):
-   the *burn-down capacity* every rate below is a fraction of. As in ``bench/queue.py``, a
+   (``bench.harness.drain.run_drain``: the same workers and settings as ``bench.queue``, batch B):
+   the *burn-down capacity* every rate below is a fraction of. As in ``bench.queue``, a
    drain shorter than 2 s (``MIN_DRAIN_S``) is not counted: the backlog grows
-   (``bench.queue.grown``: 2.5 s at the short drain's rate, at least twice as many jobs) and
+   (``bench.harness.drain.grown``: 2.5 s at the short drain's rate, at least twice as many jobs) and
    is drained again.
 2. *steady 50% / 90%*: a producer process enqueues at a fixed rate (50% and 90% of that
    capacity) in paced small batches, one every ``TICK`` seconds (``enqueue_many`` for ours,

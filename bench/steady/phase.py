@@ -208,7 +208,8 @@ def _raw_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> No
             if fail_at and time.monotonic() > fail_at:
                 raise _debug_failure(spec)
             began = time.perf_counter()
-            rows = raw_take(conn, spec.batch)  # planned each time: bench.queue.RAW_OPTIONS
+            # planned each time: bench.harness.systems.raw.RAW_OPTIONS
+            rows = raw_take(conn, spec.batch)
             took = time.perf_counter() - began
             now = time.time()
             rec.claims.append((now, took, len(rows)))
