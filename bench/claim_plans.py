@@ -39,12 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from bench.harness.machine import (
-    refuse_if_busy,
-)
-from bench.harness.systems.raw import (
-    RAW_OPTIONS,
-)
+from bench.harness.machine import refuse_if_busy
+from bench.harness.systems.raw import RAW_OPTIONS
 
 from pgenough.core import migrate
 from pgenough.core._sql import load

@@ -54,22 +54,10 @@ from pathlib import Path
 
 import psycopg
 from bench.harness.api_process import Api
-from bench.harness.machine import (
-    refuse_if_busy,
-)
-from bench.harness.plan_workers import (
-    load,
-)
-from bench.harness.server import (
-    migrate_database,
-    server_facts,
-)
-from bench.harness.wrk import (
-    FIXED_RATE,
-    Result,
-    run_wrk,
-    show,
-)
+from bench.harness.machine import refuse_if_busy
+from bench.harness.plan_workers import load
+from bench.harness.server import migrate_database, server_facts
+from bench.harness.wrk import FIXED_RATE, Result, run_wrk, show
 
 from pgenough.core.db import create_database, drop_database, with_database
 

@@ -36,10 +36,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.harness.systems.raw import (
-    RAW_OPTIONS,
-)
-
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]  # `python bench/worker_profile.py`: keep the stdlib's `queue` importable
 
@@ -61,6 +57,7 @@ from typing import Any
 
 import psycopg
 from bench.harness.machine import refuse_if_busy
+from bench.harness.systems.raw import RAW_OPTIONS
 
 from pgenough import eventloop
 from pgenough.core import BatchHandler, Job, NewJob, Worker, WorkerConfig, enqueue_many, migrate
