@@ -96,7 +96,7 @@ bench-queue: $(TEST_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python -m bench.queue
 
-bench-ingest: $(TEST_STAMP)  ## As a module: as a script, bench/queue.py shadows the stdlib's queue.
+bench-ingest: $(TEST_STAMP)  ## As a module: as a script, bench/queue/ shadows the stdlib's queue.
 	$(BIN)/python -m bench.ingest
 
 bench-api: $(TEST_STAMP)  ## Needs wrk (apt-get install -y wrk).

@@ -1,4 +1,4 @@
-"""The task module bench/boundary.py deploys: ``pgenough worker run bench._boundary_tasks:app``."""
+"""The task module bench.boundary deploys: ``pgenough worker run bench._boundary_tasks:app``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run a command and write its exact resource usage as JSON (a helper of ``bench/ingest.py``).
+"""Run a command and write its exact resource usage as JSON (a helper of ``bench.ingest``).
 
     python bench/_rusage.py RESULT.json TIMEOUT COMMAND [ARG...]
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import psycopg
 from bench.harness.machine import refuse_if_busy
-from bench.queue import RAW_OPTIONS
+from bench.harness.systems.raw import RAW_OPTIONS
 
 from pgenough.core import migrate
 from pgenough.core._sql import load

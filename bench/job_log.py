@@ -30,8 +30,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from bench.harness.drain import prepare_drain
 from bench.harness.machine import refuse_if_busy
-from bench.queue import KIND, QUEUE, enqueue_ours, prepare_drain, setup_ours
+from bench.harness.systems.base import KIND, QUEUE
+from bench.harness.systems.ours import enqueue_ours, setup_ours
 
 from pgenough import eventloop, logs
 from pgenough.core import Job, Worker, WorkerConfig, database_url, open_pool

@@ -5,9 +5,9 @@ is answered at 1,000 requests/s, for the code before and after each change, in o
         [--plans 1000000] [--reuse DBNAME] [--before-src PATH] [--rounds 2] [--duration 8]
 
 One database of ``--plans`` simulator plans, ingested through the real commands as
-``bench/api.py`` does (``--reuse`` an already loaded database instead; ``--keep`` leaves the
+``bench.api`` does (``--reuse`` an already loaded database instead; ``--keep`` leaves the
 new one for that), then, per round, each variant in turn (the order reversed every other
-round), each its own ``pgenough api`` process (one uvicorn worker, as bench/api.py runs it).
+round), each its own ``pgenough api`` process (one uvicorn worker, as bench.api runs it).
 The variants add one change each, so each row's ratio to the one above is that change:
 
 - ``before`` (only with ``--before-src``: a checkout of the code before, run from its sources
@@ -24,11 +24,11 @@ The variants add one change each, so each row's ratio to the one above is that c
 httptools is hidden from a variant that predates it by a directory first on its
 ``PYTHONPATH`` whose ``httptools.py`` raises ImportError, so uvicorn falls back to h11.
 The index is rebuilt (then ``VACUUM ANALYZE``) when a variant needs the other one. Per variant
-(``--duration`` seconds each; wrk as in bench/api.py, the same Lua scripts):
+(``--duration`` seconds each; wrk as in bench.api, the same Lua scripts):
 
 - ``trivial``: ``GET /health/live`` with 64 connections: the framework's ceiling, the
   baseline of the same run;
-- ``cold c8``: the random cold searches of bench/api.py with 8 connections: as many as the
+- ``cold c8``: the random cold searches of bench.api with 8 connections: as many as the
   bulkhead has slots, so nothing is refused and the rate is the capacity; with the CPU time
   the API process and every ``postgres`` process used (``/proc``), per request. The server
   must run on this machine (its processes are read from ``/proc``) and nothing else should
@@ -53,9 +53,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from bench.api import FIXED_RATE, Api, Result, load, run_wrk, show
+from bench.harness.api_process import Api
 from bench.harness.machine import refuse_if_busy
-from bench.ingest import migrate_database, server_facts
+from bench.harness.plan_workers import load
+from bench.harness.server import migrate_database, server_facts
+from bench.harness.wrk import FIXED_RATE, Result, run_wrk, show
 
 from pgenough.core.db import create_database, drop_database, with_database
 

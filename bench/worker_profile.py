@@ -8,12 +8,12 @@ For each of ``--modes`` (default: ``raw``, ``claim-sql``, ``batched``, ``batch-t
 from THIS process, reporting jobs/s and the process's CPU (``getrusage``, user + system) per
 job during the drain. The modes:
 
-- ``raw``: the raw loop of ``bench/queue.py`` (sync psycopg, ``DELETE ... RETURNING``, sent
+- ``raw``: the raw loop of ``bench.queue`` (sync psycopg, ``DELETE ... RETURNING``, sent
   unprepared);
 - ``claim-sql``: pgenough's own ``claim`` statement in a sync psycopg loop that acknowledges
   the previous batch, building no ``Job`` and running no handler: the SQL's cost;
 - ``batched``: ``Worker(pool, {kind: noop}, WorkerConfig(batch_size=B, concurrency=max(10, B),
-  maintenance=None)).run(until_idle=True)``, as ``bench/queue.py``'s ``ours-batched``;
+  maintenance=None)).run(until_idle=True)``, as ``bench.queue``'s ``ours-batched``;
 - ``batch-tx``: the same with a no-op ``BatchHandler``;
 - ``batched-asyncio``: ``batched`` on asyncio's own event loop. The Worker modes above run on
   the loop ``pgenough worker`` runs on by default (``pgenough.eventloop``: uvloop when it is
@@ -57,7 +57,7 @@ from typing import Any
 
 import psycopg
 from bench.harness.machine import refuse_if_busy
-from bench.queue import RAW_OPTIONS
+from bench.harness.systems.raw import RAW_OPTIONS
 
 from pgenough import eventloop
 from pgenough.core import BatchHandler, Job, NewJob, Worker, WorkerConfig, enqueue_many, migrate
@@ -116,7 +116,7 @@ async def _load_ours(url: str, n: int) -> None:
 
 def drain_raw(url: str, batch: int) -> int:
     done = 0
-    # Planned each time, as bench/queue.py's RAW_OPTIONS says why (a cached generic plan).
+    # Planned each time, as bench.harness.systems.raw.RAW_OPTIONS says why (a cached generic plan).
     with psycopg.connect(url, autocommit=True, options=RAW_OPTIONS) as conn:
         params = {"queue": QUEUE, "limit": batch}
         while rows := conn.execute(RAW_TAKE, params).fetchall():

@@ -1,4 +1,4 @@
-// One graphile-worker drain process for bench/queue.py (see its docstring).
+// One graphile-worker drain process for bench.queue (see its docstring; bench/harness/systems/graphile.py starts it).
 //
 //   node bench/graphile/worker.js migrate DATABASE_URL   install graphile-worker's schema, exit
 //   node bench/graphile/worker.js drain DATABASE_URL     connect, migrate, warm up, print READY;

@@ -468,9 +468,10 @@ async def _nothing() -> None:
 def test_the_benchmarks_raw_ceiling_keeps_an_index_plan_after_a_burst(
     database_url: str, history: str
 ) -> None:
-    """bench/queue.py's raw SKIP LOCKED loop is the queue's ceiling: it must not fall into the
-    traps either (its cached plan was a nested-loop semi join over Seq Scans, O(rows²))."""
-    from bench.queue import RAW_SCHEMA, raw_connect, raw_take
+    """bench.queue's raw SKIP LOCKED loop (bench/harness/systems/raw.py) is the queue's
+    ceiling: it must not fall into the traps either (its cached plan was a nested-loop semi
+    join over Seq Scans, O(rows²))."""
+    from bench.harness.systems.raw import RAW_SCHEMA, raw_connect, raw_take
 
     plans = Plans()
     with raw_connect(database_url) as conn:
