@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,13 @@ def prepare(label: str, commit: str) -> Side:
     if not stamp.exists():
         print(f"== {label} {sha[:10]}: installing its virtualenv", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(tree / ".venv")], check=True)
-        extras = "[bench]" if "bench = [" in (tree / "pyproject.toml").read_text() else ""
-        packages = ["-e", f"{tree}{extras}"]
+        # The extras a side's benchmarks need, as that commit named them: "bench" and, before
+        # the plan service became a distribution of its own (issue 32), "service".
+        declared = tomllib.loads((tree / "pyproject.toml").read_text())["project"].get(
+            "optional-dependencies", {}
+        )
+        extras = ",".join(e for e in ("service", "bench") if e in declared)
+        packages = ["-e", f"{tree}[{extras}]" if extras else str(tree)]
         if (tree / "plan-service" / "pyproject.toml").exists():
             packages += ["-e", str(tree / "plan-service")]
         subprocess.run(
