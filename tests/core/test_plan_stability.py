@@ -18,10 +18,9 @@ depends on timing.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +46,7 @@ from pgenough.core import (
 from pgenough.core.queue import complete_many, record_failure
 from pgenough.core.worker import _Executor
 from pgenough_plans.ingest.process import PLANS_QUEUE
+from tests.helpers.explain import Plans, explain_on
 
 pytestmark = pytest.mark.db
 
@@ -60,18 +60,6 @@ the smallest type that holds it, and a statement with other types is another pre
 STATEMENT_TIMEOUT = 10.0
 WORKER = "plan-test-worker"
 BATCH = 10
-
-
-@dataclass
-class Plans:
-    """The plans auto_explain reported on one connection."""
-
-    reports: list[dict[str, Any]] = field(default_factory=list)
-
-    def on_notice(self, diag: psycopg.errors.Diagnostic) -> None:
-        text = diag.message_primary or ""
-        if "plan:" in text:
-            self.reports.append(json.loads(text.split("plan:", 1)[1]))
 
 
 @dataclass(frozen=True)
@@ -116,20 +104,10 @@ async def session(
     plans = Plans()
     async with pool.connection() as conn:
         try:
-            await conn.execute("LOAD 'auto_explain'")
-        except psycopg.errors.InsufficientPrivilege as exc:
+            await explain_on(conn, plans, "log_min_duration = -1")
+        except BaseException:
             await pool.close()
-            pytest.skip(f"auto_explain cannot be loaded on this server: {exc}")
-        for setting in (
-            "log_min_duration = -1",
-            "log_analyze = on",
-            "log_buffers = on",
-            "log_timing = off",
-            "log_format = json",
-            "log_level = notice",
-        ):
-            await conn.execute(f"SET auto_explain.{setting}")
-        conn.add_notice_handler(plans.on_notice)
+            raise
     # Nothing may ANALYZE the tables behind the test's back (that would fix the plans).
     async with db.connection() as conn:
         for table in ("pgenough.jobs", "pgenough.periodic"):

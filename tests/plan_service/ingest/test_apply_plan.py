@@ -15,18 +15,17 @@ on timing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import open_pool
 from pgenough_plans.ingest import store
+from tests.helpers.explain import Plans, explain_on
 
 pytestmark = pytest.mark.db
 
@@ -50,36 +49,20 @@ async def explained(
     db: AsyncConnectionPool, database_url: str
 ) -> AsyncIterator[tuple[AsyncConnectionPool, list[dict[str, Any]]]]:
     """A one-connection pool whose every statement's executed plan is collected."""
-    reports: list[dict[str, Any]] = []
-
-    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-        text = diag.message_primary or ""
-        if "plan:" in text:
-            reports.append(json.loads(text.split("plan:", 1)[1]))
-
+    plans = Plans()
     # Bounded: on the plan this guards against, a bigger table would take minutes.
     pool = await open_pool(database_url, min_size=1, max_size=1, statement_timeout=60)
-    async with pool.connection() as conn:
-        try:
-            await conn.execute("LOAD 'auto_explain'")
-        except psycopg.errors.InsufficientPrivilege as exc:
-            await pool.close()
-            pytest.skip(f"auto_explain cannot be loaded on this server: {exc}")
-        for setting in (
-            "log_min_duration = 0",
-            "log_analyze = on",
-            "log_timing = off",
-            "log_format = json",
-            "log_level = notice",
-            "log_nested_statements = on",
-        ):
-            await conn.execute(f"SET auto_explain.{setting}")
-        conn.add_notice_handler(on_notice)
+    try:
+        async with pool.connection() as conn:
+            await explain_on(conn, plans, "log_min_duration = 0", "log_nested_statements = on")
+    except BaseException:
+        await pool.close()
+        raise
     async with db.connection() as conn:
         for table in TABLES:
             await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     try:
-        yield pool, reports
+        yield pool, plans.reports
     finally:
         await pool.close()
         async with db.connection() as conn:
