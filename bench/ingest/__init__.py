@@ -33,7 +33,9 @@ Per size N, in this order:
    peak RSS (``ru_maxrss``) and CPU time are exact; then, once the fetch has exited (a run's
    chunks only become claimable when it is sealed, and ``--until-idle`` would exit at once on
    an empty queue), the process worker (``pgenough worker process --until-idle
-   --concurrency 2``). The process workers are therefore started *after* the fetch: within one
+   --concurrency 2``; ``--process-workers N`` starts N of them together, ``--process-concurrency
+   C`` gives each C chunk tasks, so the process phase's scaling is measured with the same
+   command). The process workers are therefore started *after* the fetch: within one
    run, processing cannot overlap fetching by design, so e2e = fetch + process.
 
 Figures of the end-to-end step:

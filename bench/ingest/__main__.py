@@ -19,7 +19,7 @@ from bench.harness.report import down, up
 from bench.harness.server import DEFAULT_DATA_DIR, ServerUnderTest, migrate_database, server_facts
 from bench.ingest import DEFAULT_SIZES, QUICK_SIZES
 from bench.ingest.ceilings import Ceilings, measure_ceilings
-from bench.ingest.end_to_end import EndToEnd, end_to_end
+from bench.ingest.end_to_end import EndToEnd, Processing, end_to_end
 from bench.ingest.report import SizeResult, print_size, print_summary
 
 from pgenough.core.db import create_database, drop_database, with_database
@@ -79,7 +79,8 @@ def bench_size(
                 asyncio.run(migrate_database(url))
             logs = work / f"e2e{i + 1}"
             logs.mkdir()
-            run, problems = end_to_end(url, plans, logs, logs, args.timeout)
+            processing = Processing(args.process_workers, args.process_concurrency)
+            run, problems = end_to_end(url, plans, logs, logs, args.timeout, processing)
             if run is None:
                 result.problems += problems
                 _show_logs(logs)
@@ -139,6 +140,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds allowed to each worker process"
     )
+    parser.add_argument(
+        "--process-workers",
+        type=int,
+        default=1,
+        help="process worker processes, started together after the fetch (default 1)",
+    )
+    parser.add_argument(
+        "--process-concurrency",
+        type=int,
+        default=PROCESS_CONCURRENCY,
+        help="chunk tasks per process worker (default %(default)s)",
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="embedded server")
     args = parser.parse_args(argv)
     raw = ",".join(str(s) for s in QUICK_SIZES) if args.quick else args.sizes
@@ -163,8 +176,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"server: {server.label}; " + ", ".join(f"{k}={v}" for k, v in facts.items()))
     print(
         f"sizes {args.size_list}; ceilings x{args.repeat} (median), end to end"
-        f" x{args.e2e_repeat}; process workers start after the fetch, concurrency"
-        f" {PROCESS_CONCURRENCY}"
+        f" x{args.e2e_repeat}; {args.process_workers} process worker(s) start after the"
+        f" fetch, concurrency {args.process_concurrency} each"
     )
     results: list[SizeResult] = []
     with tempfile.TemporaryDirectory(prefix="pgenough-bench-ingest-", dir="/tmp") as tmp:

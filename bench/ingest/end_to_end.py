@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import psycopg
 from bench.harness.plan_workers import PROCESS_CONCURRENCY
-from bench.harness.processes import Simulator, plans_command, run_measured
+from bench.harness.processes import Reaped, Simulator, plans_command, run_measured
 from bench.ingest import CLAIM_POLL, VERSION
 
 
@@ -100,8 +101,47 @@ def _run_row(url: str) -> tuple[Any, ...] | None:
     return tuple(rows[0]) if len(rows) == 1 else None
 
 
+@dataclass(frozen=True)
+class Processing:
+    """How the run is processed: ``workers`` processes of ``concurrency`` chunk tasks each."""
+
+    workers: int = 1
+    concurrency: int = PROCESS_CONCURRENCY
+
+
+def _process(
+    command: list[str], env: dict[str, str], workdir: Path, log: Path, timeout: float, n: int
+) -> Reaped:
+    """``n`` process workers at once, each under the measuring launcher: the longest wall
+    time, the largest peak RSS, the CPU seconds summed, the first failure's exit code."""
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        futures = []
+        for i in range(n):
+            out = log if n == 1 else log.with_name(f"{log.stem}-{i + 1}{log.suffix}")
+            futures.append(pool.submit(_one_process, command, env, workdir, out, timeout))
+        reaped = [f.result() for f in futures]
+    return Reaped(
+        code=next((r.code for r in reaped if r.code), 0),
+        wall_s=max(r.wall_s for r in reaped),
+        maxrss_kib=max(r.maxrss_kib for r in reaped),
+        cpu_s=sum(r.cpu_s for r in reaped),
+    )
+
+
+def _one_process(
+    command: list[str], env: dict[str, str], workdir: Path, log: Path, timeout: float
+) -> Reaped:
+    with log.open("ab") as out:
+        return run_measured(command, env, workdir, out, timeout)
+
+
 def end_to_end(
-    url: str, plans: int, workdir: Path, logs: Path, timeout: float
+    url: str,
+    plans: int,
+    workdir: Path,
+    logs: Path,
+    timeout: float,
+    processing: Processing = Processing(),
 ) -> tuple[EndToEnd | None, list[str]]:
     env = {**os.environ, "DATABASE_URL": url, "PGENOUGH_LOG_LEVEL": "INFO"}
     env.pop("PGENOUGH_CONFIG", None)
@@ -109,7 +149,6 @@ def end_to_end(
     with (
         (logs / "sim.log").open("ab") as sim_log,
         (logs / "fetch.log").open("ab") as fetch_log,
-        (logs / "process.log").open("ab") as process_log,
     ):
         sim = Simulator(plans, sim_log, env, workdir)
         try:
@@ -131,13 +170,14 @@ def end_to_end(
             return None, [f"after the fetch, the run is {row[1] if row else 'missing'}"]
         watcher = ProcessWatcher(url, int(row[0]))
         try:
-            concurrency = ["--concurrency", str(PROCESS_CONCURRENCY)]
-            processed = run_measured(
+            concurrency = ["--concurrency", str(processing.concurrency)]
+            processed = _process(
                 [cmd, "worker", "process", "--until-idle", *concurrency],
                 env,
                 workdir,
-                process_log,
+                logs / "process.log",
                 timeout,
+                processing.workers,
             )
             wall = time.perf_counter() - t0
             deadline = time.monotonic() + 5
