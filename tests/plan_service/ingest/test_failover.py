@@ -97,6 +97,16 @@ def test_a_fetch_in_flight_at_a_failover_fails_and_the_next_interval_fetches_aga
             )
             wait_for(lambda: bool(rows(url, streaming)), WAIT, "a fetch streaming")
             (first,) = rows(url, streaming)[0]
+            # The process worker up and registered before the primary dies: one that is still
+            # starting when no server accepts writes exits at once with the reason (its
+            # start-up check), which is not what this test is about (seen in CI: 'error:
+            # ...: no such socket; ...: session is read-only', and no later run processed).
+            registered = "SELECT 1 FROM pgenough.workers WHERE pid = %s"
+            wait_for(
+                lambda: bool(rows(url, registered, process.popen.pid)),
+                WAIT,
+                "the process worker registered",
+            )
             pair.wait_replayed()
 
             pair.stop_primary()
@@ -108,12 +118,23 @@ def test_a_fetch_in_flight_at_a_failover_fails_and_the_next_interval_fetches_aga
             def ended() -> bool:
                 return any(i == first and s != "RUNNING" for i, s, _ in runs(new))
 
-            wait_for(ended, WAIT, f"run {first} ended on the new primary")
-            wait_for(
-                lambda: any(i > first and s == "PROCESSED" for i, s, _ in runs(new)),
-                WAIT,
-                "a later run processed on the new primary",
-            )
+            try:
+                wait_for(ended, WAIT, f"run {first} ended on the new primary")
+                wait_for(
+                    lambda: any(i > first and s == "PROCESSED" for i, s, _ in runs(new)),
+                    WAIT,
+                    "a later run processed on the new primary",
+                )
+            except TimeoutError as exc:
+                # What the workers said and where the runs are: a timeout alone tells nothing.
+                history = runs(new)
+                for p in reversed(procs):
+                    stop(p)
+                said = {" ".join(map(str, p.popen.args[1:3])): log_of(p) for p in procs}  # type: ignore[index]
+                pytest.fail(
+                    f"{exc}; runs: {history}\n"
+                    + "\n".join(f"--- {name}:\n{log[-4000:]}" for name, log in said.items())
+                )
             assert all(p.popen.poll() is None for p in procs), "a process exited"
             history = runs(new)
             plans = rows(new, "SELECT count(*) FROM plans.plans")[0][0]
