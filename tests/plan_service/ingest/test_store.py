@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import AsyncConnection, sql
 from psycopg_pool import AsyncConnectionPool
@@ -193,16 +194,8 @@ async def test_an_older_and_a_newer_snapshot_applied_at_once_keep_content_and_th
                     await apply(waiter, second_run, second_at)
 
             waiting = asyncio.create_task(second())
-            deadline = time.monotonic() + 10
-            while True:  # until the second statement waits for the first transaction
-                cur = await watch.execute(
-                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
-                )
-                row = await cur.fetchone()
-                if row is not None and row[0] == "Lock":
-                    break
-                assert not waiting.done() and time.monotonic() < deadline, "no lock wait"
-                await asyncio.sleep(0.01)
+            # until the second statement waits for the first transaction
+            await until_waiting_for_a_lock(watch, pid, waiting)
         await asyncio.wait_for(waiting, 10)
         cur = await watch.execute(
             "SELECT title, sell_mode, ever_online FROM plans.plans WHERE provider = %s",
@@ -213,6 +206,23 @@ async def test_an_older_and_a_newer_snapshot_applied_at_once_keep_content_and_th
             "SELECT seen_at, run_id FROM plans.plan_seen WHERE provider = %s", (provider,)
         )
         assert await cur.fetchall() == [(t_new, new_run)]
+
+
+async def until_waiting_for_a_lock(
+    watch: AsyncConnection[Any], pid: int, task: asyncio.Future[Any]
+) -> None:
+    """Return once backend ``pid`` waits for a lock; fail if ``task`` ends first or 10 s
+    pass."""
+    deadline = time.monotonic() + 10
+    while True:
+        cur = await watch.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        )
+        row = await cur.fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        assert not task.done() and time.monotonic() < deadline, "no lock wait"
+        await asyncio.sleep(0.01)
 
 
 async def test_copies_in_a_staging_table_sealed_without_the_merge_end_with_the_last(
@@ -312,3 +322,42 @@ async def test_copy_text_stages_exactly_what_records_stage(db: AsyncConnectionPo
             assert await cur.fetchone() == (len(records),)
             for run_id in (9001, 9002):
                 await store.drop_staging(conn, run_id)
+
+
+async def test_a_started_copy_runs_while_the_fetch_goes_on(db: AsyncConnectionPool) -> None:
+    """``start_copy`` returns with its COPY still running (the fetch worker parses the next
+    batch meanwhile): here the COPY waits for a lock another session holds, and the caller
+    goes on. ``flush`` waits for it and counts its rows; the next batch is numbered after it;
+    a second start with one in flight is refused; a COPY that fails reports at ``flush``."""
+    from pgenough_plans.ingest.feed import FeedParser
+    from pgenough_plans.sim.data import render_snapshot
+
+    document = b"".join(render_snapshot(seed=5, version=1, plans=50))
+    parser = FeedParser(copy_text=True)
+    lines = parser.feed_copy(document) + parser.close_copy()
+    assert len(lines) == 50
+    run_id = 9003
+    table = store.staging_table(run_id)
+    async with db.connection() as conn, db.connection() as locker, db.connection() as watch:
+        await store.drop_staging(conn, run_id)
+        await store.create_staging(conn, run_id, "copy")
+        writer = store.StagingWriter(run_id)
+        async with locker.transaction():
+            await locker.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
+            writer.start_copy(conn, lines[:20])
+            with pytest.raises(RuntimeError, match="in flight"):
+                writer.start_copy(conn, lines[20:])
+            copying = asyncio.ensure_future(writer.flush())
+            await until_waiting_for_a_lock(watch, conn.info.backend_pid, copying)
+        assert await asyncio.wait_for(copying, 10) == 20
+        assert await writer.flush() == 0
+        writer.start_copy(conn, lines[20:])
+        assert await writer.write_copy(conn, []) == 30  # waits for the one in flight first
+        cur = await conn.execute(sql.SQL("SELECT seq FROM {} ORDER BY seq").format(table))
+        assert [row[0] for row in await cur.fetchall()] == list(range(50))
+        await store.drop_staging(conn, run_id)
+        writer.start_copy(conn, lines[:1])  # into a table that is gone
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            await writer.flush()
+        writer.reset()
+        assert writer.seq == 0

@@ -316,23 +316,36 @@ class _Fetch:
         progress, writer = self.progress, self.writer
         assert writer is not None
         batch: list[str] = []
-        async for chunk in body:
-            progress.bytes += len(chunk)
-            batch += self.parser.feed_copy(chunk)
-            if len(batch) >= self.config.copy_batch:
-                progress.staged += await writer.write_copy(self.conn, batch)
-                batch = []
-                progress.skipped = self.parser.skipped
-                if self.on_progress:
-                    self.on_progress(progress)
-                # Between chunks: the provider waits on TCP while the read path is pressed.
-                await self.pacer.between_chunks(self.conn)
-            # Beat per network chunk, not per COPY batch: a slow but live stream can take
-            # longer than stale_after to fill a batch, and must not look dead to the reaper.
-            await self._beat()
-        batch += self.parser.close_copy()
-        if batch:
-            progress.staged += await writer.write_copy(self.conn, batch)
+        try:
+            async for chunk in body:
+                progress.bytes += len(chunk)
+                batch += self.parser.feed_copy(chunk)
+                if len(batch) >= self.config.copy_batch:
+                    # The previous batch's COPY ran while this one was parsed; this one's
+                    # runs while the next is (StagingWriter.start_copy).
+                    progress.staged += await writer.flush()
+                    progress.skipped = self.parser.skipped
+                    if self.on_progress:
+                        self.on_progress(progress)
+                    # Between chunks: the provider waits on TCP while the read path is
+                    # pressed (no COPY in flight: a pause holds nothing the API could want).
+                    await self.pacer.between_chunks(self.conn)
+                    writer.start_copy(self.conn, batch)
+                    batch = []
+                # Beat per network chunk, not per COPY batch: a slow but live stream can take
+                # longer than stale_after to fill a batch, and must not look dead to the
+                # reaper. (It waits for the COPY in flight, if any: the connection is its.)
+                await self._beat()
+            batch += self.parser.close_copy()
+            if batch:
+                progress.staged += await writer.flush()
+                writer.start_copy(self.conn, batch)
+            progress.staged += await writer.flush()
+        except BaseException as exc:
+            # A failed or cancelled download leaves no COPY running under the retry's
+            # truncate or the run's failure.
+            await writer.abandon(cancel=isinstance(exc, asyncio.CancelledError))
+            raise
         progress.skipped = self.parser.skipped
         if self.on_progress:
             self.on_progress(progress)
