@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from bench.boundary import TOO_MANY
 from bench.harness.machine import fmt_busy, wait_quiet
+from bench.harness.processes import stop_processes
 from bench.harness.report import percentile, table
 from bench.harness.server import Server
 from bench.harness.systems.nats import NATS_URL
@@ -316,13 +317,8 @@ def _run_fanout_point(ctx: SpawnContext, spec: FanoutSpec, busy: float | None) -
         first, publish_s, sent = asyncio.run(_publish_all(spec))
         published.value = sent
         got = [reports.get(timeout=BARRIER_TIMEOUT + IDLE_S * 4) for _ in procs]
-        for p in procs:
-            p.join(30)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
+        stop_processes(procs)
     errors = [r.error for r in got if r.error]
     if errors:
         raise RuntimeError(f"{spec.system} subscriber failed:\n{errors[0]}")

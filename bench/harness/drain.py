@@ -21,6 +21,7 @@ from queue import Empty
 
 import psycopg
 from bench.harness.machine import wait_quiet
+from bench.harness.processes import stop_processes
 from bench.harness.server import Server, connection_budget
 from bench.harness.systems import SYSTEMS
 from bench.harness.systems.base import (
@@ -246,11 +247,6 @@ def run_python_drain(
                 raise RuntimeError(f"{spec.system} worker failed:\n{report.error}")
             ends.append(report.end)
             done += report.done
-        for p in procs:
-            p.join(30)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(5)
+        stop_processes(procs)
     return max(ends) - start, done

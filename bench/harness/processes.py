@@ -15,12 +15,32 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 SEED = 1
 SIM_START_TIMEOUT = 60.0
+
+
+class _Child(Protocol):
+    def join(self, timeout: float | None = ...) -> None: ...
+    def is_alive(self) -> bool: ...
+    def terminate(self) -> None: ...
+
+
+def stop_processes(procs: Iterable[_Child], wait: float = 30.0) -> None:
+    """Let worker processes (``multiprocessing``) end on their own within ``wait`` seconds,
+    then terminate whichever have not."""
+    procs = list(procs)
+    deadline = time.monotonic() + wait
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
 
 
 def plans_command() -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from bench.harness.arguments import int_list
 from bench.harness.drain import (
     MAX_SIZINGS,
     MIN_DRAIN_S,
@@ -45,16 +46,6 @@ from bench.queue.plan import (
     parse_systems,
 )
 from bench.queue.report import plot_drain, report
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need positive integers: {text!r}")
-    return values
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import get_args
 
 from bench.harness.systems.base import BROKERS, OURS, System
 
-ALL_SYSTEMS: tuple[System, ...] = (
-    "raw",
-    *OURS,
-    "pgqueuer",
-    "procrastinate",
-    "graphile",
-    "nats",
-    "nats-ackall",
-    "rabbitmq",
-    "rabbitmq-multi",
-)
+ALL_SYSTEMS: tuple[System, ...] = get_args(System)
 SYSTEM_ALIASES: dict[str, tuple[System, ...]] = {
     "ours": OURS,
     "peers": ("pgqueuer", "procrastinate", "graphile"),

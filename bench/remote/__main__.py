@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from bench.harness.arguments import float_list, int_list
 from bench.harness.drain import prepare_drain
 from bench.harness.machine import refuse_if_busy
 from bench.harness.report import fmt_ms, percentile_99
@@ -39,23 +40,6 @@ from bench.remote.link import Link, round_trip_times
 from bench.remote.report import report
 
 # -- main ------------------------------------------------------------------------------------------
-
-
-def float_list(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"need numbers >= 0: {text!r}")
-    return tuple(sorted(set(values)))
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    values = float_list(text)
-    if any(v < 1 or v != int(v) for v in values):
-        raise argparse.ArgumentTypeError(f"need positive integers: {text!r}")
-    return tuple(int(v) for v in values)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

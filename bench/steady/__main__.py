@@ -28,6 +28,7 @@ from bench.steady import (
     RAMP,
     SAMPLE,
     SETTINGS,
+    SETTLE,
     SUSTAIN_PHASES,
     SUSTAIN_START,
     SUSTAIN_STEP,
@@ -44,6 +45,9 @@ from bench.steady.report import print_series, render, report
 from pgenough.core.maintenance import DEFAULT_VACUUM_INTERVAL
 
 # -- main ----------------------------------------------------------------------------------------
+
+
+MIN_PHASE = 2 * SETTLE
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -97,6 +101,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # a failing phase reported and the run carry on).
     parser.add_argument("--fail-worker-after", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # Each phase's figures are over what follows its first SETTLE seconds: a phase no longer
+    # than that has no figures (it divided by an empty window).
+    for flag, value in (("--phase", args.phase), ("--sustain", args.sustain)):
+        if value is not None and value < MIN_PHASE:
+            parser.error(
+                f"{flag}: at least {MIN_PHASE:g} s (figures skip each phase's first"
+                f" {SETTLE:g} s), got {value:g}"
+            )
     unknown = set(args.systems.split(",")) - set(SYSTEMS)
     if unknown:
         parser.error(f"--systems: unknown {', '.join(sorted(unknown))} (known: ours, raw)")
