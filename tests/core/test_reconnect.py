@@ -174,7 +174,7 @@ async def test_a_worker_listener_started_before_its_database_listens_once_it_is_
     proxy = Proxy(database_url)  # not started: the database is unreachable
     notifier = Notifier(proxy.url, name="early-listener", check_interval=1.0)
     wake = asyncio.Event()
-    notifier.register("default", wake)
+    notifier.register("default", wake.set)
     async with Services() as services:
         assert await services.start(notifier) is False  # not ready, and not waited for
         try:

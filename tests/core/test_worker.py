@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
@@ -16,10 +18,13 @@ from pgenough.core import (
     GiveUp,
     Job,
     MaintenanceConfig,
+    NewJob,
     RetryIn,
+    ThreadHandler,
     Worker,
     WorkerConfig,
     enqueue,
+    enqueue_many,
     get_job,
     retry_dead,
     retry_job,
@@ -142,6 +147,136 @@ async def test_idle_worker_wakes_on_notify_not_polling(db: AsyncConnectionPool) 
     finally:
         worker.stop()
         await run
+
+
+class Running:
+    """Jobs whose handler has started and not returned, counted from the event loop's thread
+    or from handler threads; ``reached(n)`` waits (on events, with a deadline) for n at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = self.finished = 0
+        self.changed = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        self.loop.call_soon_threadsafe(self.changed.set)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+            self.finished += 1
+        self.loop.call_soon_threadsafe(self.changed.set)
+
+    async def reached(self, n: int, what: str, timeout: float = 30.0) -> None:
+        await self._until(lambda: self.now >= n, f"{what}: {n} running", timeout)
+
+    async def ended(self, n: int, timeout: float = 30.0) -> None:
+        await self._until(lambda: self.finished >= n, f"{n} finished", timeout)
+
+    async def _until(self, done: Callable[[], bool], what: str, timeout: float) -> None:
+        async def wait() -> None:
+            while not done():
+                self.changed.clear()
+                await self.changed.wait()
+
+        try:
+            await asyncio.wait_for(wait(), timeout)
+        except TimeoutError:
+            counts = f"{self.now} running, {self.finished} done"
+            pytest.fail(f"not {what} after {timeout:g} s ({counts})")
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_every_free_slot_takes_a_ready_job(db: AsyncConnectionPool, kind: str) -> None:
+    """A queue of concurrency 12 claiming 10 at a time runs 12 jobs at once, not 10 with 2
+    slots idle (``--queue q=12``, plain functions and coroutines alike). The poll interval is
+    far beyond the deadlines: the claim loop itself must take the last two."""
+    running = Running()
+    release = threading.Event()
+    released = asyncio.Event()
+
+    def blocking(job: Job) -> None:
+        running.enter()
+        try:
+            release.wait(60)
+        finally:
+            running.leave()
+
+    async def waiting(job: Job) -> None:
+        running.enter()
+        try:
+            await released.wait()
+        finally:
+            running.leave()
+
+    async with db.connection() as conn:
+        await enqueue_many(conn, [NewJob("j", i) for i in range(24)])
+    handler = ThreadHandler(blocking) if kind == "sync" else waiting
+    config = WorkerConfig(concurrency=12, batch_size=10, poll_interval=600, maintenance=None)
+    worker = Worker(db, {"j": handler}, config)
+    run = asyncio.create_task(worker.run())
+    try:
+        await running.reached(12, "12 slots, 24 ready jobs")
+        release.set()
+        released.set()
+        await running.ended(24)
+    finally:
+        release.set()
+        released.set()
+        worker.stop()
+        await run
+    assert running.most == 12
+    assert worker.stats.completed == 24
+
+
+async def test_short_jobs_take_the_free_slots_beside_long_ones(db: AsyncConnectionPool) -> None:
+    """With the defaults (10 slots, claims of 10), 6 long jobs running and 4 short ones
+    enqueued: the short ones run at once in the 4 free slots (woken by the enqueue's
+    notification), not when a long one ends."""
+    running = Running()
+    release = asyncio.Event()
+    short_done: list[int] = []
+    all_short = asyncio.Event()
+
+    async def long_job(job: Job) -> None:
+        running.enter()
+        try:
+            await release.wait()
+        finally:
+            running.leave()
+
+    async def short_job(job: Job) -> None:
+        short_done.append(job.id)
+        if len(short_done) == 4:
+            all_short.set()
+
+    worker = Worker(
+        db,
+        {"long": long_job, "short": short_job},
+        WorkerConfig(poll_interval=600, maintenance=None),
+    )
+    run = asyncio.create_task(worker.run())
+    try:
+        await worker.wait_listening()
+        async with db.connection() as conn:
+            await enqueue_many(conn, [NewJob("long", i) for i in range(6)])
+        await running.reached(6, "6 long jobs")
+        async with db.connection() as conn:
+            await enqueue_many(conn, [NewJob("short", i) for i in range(4)])
+        try:
+            await asyncio.wait_for(all_short.wait(), 30)
+        except TimeoutError:
+            pytest.fail(f"{len(short_done)} of 4 short jobs ran in 30 s beside 6 long ones")
+        assert running.now == 6  # the long ones still run: the short ones did not wait
+    finally:
+        release.set()
+        worker.stop()
+        await run
+    assert worker.stats.completed == 10
 
 
 async def test_heartbeat_keeps_a_long_job_from_being_reclaimed(db: AsyncConnectionPool) -> None:

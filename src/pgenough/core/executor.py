@@ -242,6 +242,12 @@ class _Executor:
         """The last claim came back short past the position without scanning from the
         start: a job may wait behind the position until that scan."""
         self.wake = asyncio.Event()
+        self._may_be_ready = False
+        """A ready job may be waiting: the last claim came back full, or a notification named
+        the queue since it ran (``notified``)."""
+        self._poll_at = 0.0
+        """When (``time.monotonic()``) to look again at a queue the last claim found drained
+        (``poll_interval`` after it): jobs that come due without a notification."""
         self._stopping = asyncio.Event()
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         """This queue's threads for ``ThreadHandler`` jobs, started on the first one."""
@@ -253,6 +259,11 @@ class _Executor:
 
     def stop(self) -> None:
         self._stopping.set()
+        self.wake.set()
+
+    def notified(self) -> None:
+        """A notification named this queue (or the listener reconnected): a job may be ready."""
+        self._may_be_ready = True
         self.wake.set()
 
     def interrupt(self) -> None:
@@ -300,10 +311,15 @@ class _Executor:
             while not self._stopping.is_set():
                 self._report()
                 free = self.config.concurrency - len(self._inflight) + self._finishing
-                if free < refill_at and self._inflight:
-                    # Refill in batches: one claim per finished handler would cost a round
-                    # trip and a commit per job.
-                    await self._wait(None)
+                if free < 1:
+                    await self._wait(None)  # until a handler finishes
+                    continue
+                if free < refill_at and self._inflight and not self._worth_a_partial_claim():
+                    # A free slot never idles while a job may be ready (the last claim came
+                    # back full, a notification came, the poll is due). Otherwise refill in
+                    # batches: on a drained queue a claim per finished handler would cost a
+                    # round trip and a commit per job, and find nothing.
+                    await self._wait(max(0.0, self._next_look() - time.monotonic()))
                     continue
                 limit = min(self.config.batch_size, free)
                 done, self._done = self._done, []
@@ -334,11 +350,7 @@ class _Executor:
                     # Drained for now: sleep until a notification, a finished handler
                     # (whose acknowledgement should not linger) or the poll interval; short
                     # past the position, no later than the scan from the start.
-                    timeout = None if self._inflight else self.config.poll_interval
-                    if self._rescan_pending:
-                        rescan = max(0.0, self._rescan_at - time.monotonic())
-                        timeout = rescan if timeout is None else min(timeout, rescan)
-                    await self._wait(timeout)
+                    await self._wait(max(0.0, self._next_look() - time.monotonic()))
                 else:
                     await asyncio.sleep(0)  # let just-started handlers run before reclaiming
         finally:
@@ -418,6 +430,10 @@ class _Executor:
             after=None if full else self._after,
         )
         self._rescan_pending = not full and len(jobs) < limit
+        if limit:
+            self._may_be_ready = len(jobs) == limit
+            if len(jobs) < limit:
+                self._poll_at = now + self.config.poll_interval
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         if jobs:
             last = jobs[-1]
@@ -425,6 +441,16 @@ class _Executor:
             self._metrics.claimed.inc(len(jobs))
             self.stats.claimed += len(jobs)
         return jobs
+
+    def _next_look(self) -> float:
+        """When a queue found drained is looked at again without a notification: the poll,
+        or sooner the scan from the start a short claim past the position asks for."""
+        if self._rescan_pending:
+            return min(self._poll_at, self._rescan_at)
+        return self._poll_at
+
+    def _worth_a_partial_claim(self) -> bool:
+        return self._may_be_ready or time.monotonic() >= self._next_look()
 
     async def _flush_acks(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Acknowledge what finished without claiming more (on the way out)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 
 from pgenough.core.pubsub import Gap, Subscription
 from pgenough.core.queue import JOBS_CHANNEL
@@ -36,19 +37,20 @@ class Notifier(Service):
         self.name = name
         self.service_name = f"{name}:listen"
         self._check_interval = check_interval
-        self._wakes: dict[str, list[asyncio.Event]] = defaultdict(list)
+        self._wakes: dict[str, list[Callable[[], None]]] = defaultdict(list)
         self.listening = asyncio.Event()
         """Set while LISTEN is active."""
 
-    def register(self, queue: str, wake: asyncio.Event) -> None:
-        """Set ``wake`` on every notification for ``queue`` (and on each reconnect)."""
+    def register(self, queue: str, wake: Callable[[], None]) -> None:
+        """Call ``wake`` on every notification for ``queue`` (and on each reconnect, for
+        what may have come meanwhile)."""
         self._wakes[queue].append(wake)
 
     def _up(self) -> None:
         self.listening.set()
-        for events in self._wakes.values():
-            for event in events:
-                event.set()
+        for wakes in self._wakes.values():
+            for wake in wakes:
+                wake()
 
     def _lost(self, reason: str) -> None:
         self.listening.clear()
@@ -77,5 +79,5 @@ class Notifier(Service):
                 if isinstance(item, Gap):
                     self._up()
                     continue
-                for event in self._wakes.get(item.payload, ()):
-                    event.set()
+                for wake in self._wakes.get(item.payload, ()):
+                    wake()

@@ -120,7 +120,7 @@ class Worker(Service):
             check_interval=min(c.poll_interval for c in configs) * 5,
         )
         for executor in self._executors:
-            self._notifier.register(executor.config.queue, executor.wake)
+            self._notifier.register(executor.config.queue, executor.notified)
         self._stopping = False
         self.periodic = Periodic(pool, replica=self.name)
         """Periodic duties of this process (maintenance; add your own before run())."""
