@@ -338,17 +338,25 @@ class Settings(BaseSettings):
             vacuum_dead_rows=self.vacuum_dead_rows,
         )
 
-    def worker_config(self, **overrides: object) -> WorkerConfig:
-        values: dict[str, object] = {
-            "concurrency": self.worker_concurrency,
-            "batch_size": self.worker_batch_size,
-            "lease": self.worker_lease,
-            "poll_interval": self.worker_poll_interval,
-            "shutdown_timeout": self.worker_shutdown_timeout,
-            "maintenance": self.maintenance_config(),
-        }
-        values.update(overrides)
-        return WorkerConfig(**values)  # type: ignore[arg-type]
+    def worker_config(
+        self,
+        *,
+        concurrency: int | None = None,
+        batch_size: int | None = None,
+        shutdown_timeout: float | None = None,
+    ) -> WorkerConfig:
+        """The worker's config from these settings; a value given here (a command's option)
+        wins over its setting."""
+        return WorkerConfig(
+            concurrency=self.worker_concurrency if concurrency is None else concurrency,
+            batch_size=self.worker_batch_size if batch_size is None else batch_size,
+            lease=self.worker_lease,
+            poll_interval=self.worker_poll_interval,
+            shutdown_timeout=(
+                self.worker_shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+            ),
+            maintenance=self.maintenance_config(),
+        )
 
     def ui_config(self, bind: str | None = None) -> DashboardConfig:
         """The dashboard's config (``pgenough[dashboard]``); ``bind``: the address its server

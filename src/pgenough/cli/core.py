@@ -190,12 +190,7 @@ def worker_run(
         app = load_app(app_spec)
     except AppNotFound as exc:
         fail(str(exc), code=2)
-    overrides: dict[str, object] = {}
-    if shutdown_timeout is not None:
-        overrides["shutdown_timeout"] = shutdown_timeout
-    if batch_size is not None:
-        overrides["batch_size"] = batch_size
-    config = settings.worker_config(**overrides)
+    config = settings.worker_config(batch_size=batch_size, shutdown_timeout=shutdown_timeout)
     serve_metrics(settings, metrics_port)
     log = logging.getLogger("pgenough.cli")
     if app.eager:

@@ -194,10 +194,7 @@ def worker_process(
     settings = plan_settings()
     setup_logging(settings)
     _lower_priority(settings.ingest_nice)
-    overrides: dict[str, object] = {"batch_size": 1}
-    if concurrency:
-        overrides["concurrency"] = concurrency
-    config = settings.worker_config(**overrides)
+    config = settings.worker_config(batch_size=1, concurrency=concurrency)
     serve_metrics(settings, metrics_port)
 
     async def main() -> int:
