@@ -420,6 +420,10 @@ class _Executor:
         full = self._after is None or not limit or now >= self._rescan_at
         if full and limit:
             self._rescan_at = now + RESCAN_INTERVAL
+        if limit:
+            # Cleared before the round trip, not after: a notification that arrives during
+            # it must still count.
+            self._may_be_ready = False
         jobs = await queue.claim(
             conn,
             queue=self.config.queue,
@@ -430,10 +434,10 @@ class _Executor:
             after=None if full else self._after,
         )
         self._rescan_pending = not full and len(jobs) < limit
-        if limit:
-            self._may_be_ready = len(jobs) == limit
-            if len(jobs) < limit:
-                self._poll_at = now + self.config.poll_interval
+        if limit and len(jobs) == limit:
+            self._may_be_ready = True
+        elif limit:
+            self._poll_at = now + self.config.poll_interval
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         if jobs:
             last = jobs[-1]
