@@ -15,7 +15,7 @@ its own, the modes taking turns in each of ``--rounds`` rounds:
   was cached: the generic plan is the index plan, the best case a prepared statement gets;
 - ``force_custom_plan``: prepared, the session's ``plan_cache_mode = force_custom_plan``
   (planned at each execution, parsed once) and ``enable_sort = off``: what pgenough's claim
-  loop does on the connection it holds (``worker._Executor._hold``);
+  loop does on the connection it holds (``worker._executor.Executor._hold``);
 - ``unprepared``: ``prepare=False`` (``PLAN_EACH_TIME``): parsed and planned at each
   execution, no session setting: what pgenough does for its other hot statements;
 - ``prepared, planned empty``: the trap: primed on the empty analysed table, then the burst;

@@ -136,10 +136,20 @@ def count(workload: Workload, n: int) -> int:
         return int(found.group(1))
 
 
+def warm(workload: Workload) -> None:
+    """Run ``workload`` once outside callgrind, so that both counted runs find every module
+    compiled: a ``.pyc`` written by one of them (a source just edited, a fresh clone, another
+    process importing meanwhile) would count the compiler into its difference."""
+    command = [sys.executable, "-m", "bench.instructions", "--run", workload.name, str(workload.n)]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    subprocess.run(command, capture_output=True, env=env, check=True)
+
+
 def per_unit(workload: Workload) -> float:
     if workload.prepare is not None:
         workload.prepare(workload.n)
         workload.prepare(2 * workload.n)
+    warm(workload)
     once, twice = count(workload, workload.n), count(workload, 2 * workload.n)
     return (twice - once) / workload.n
 

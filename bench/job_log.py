@@ -38,7 +38,7 @@ from bench.harness.systems.ours import enqueue_ours, setup_ours
 from pgenough import eventloop, logs
 from pgenough.core import Job, Worker, WorkerConfig, database_url, open_pool
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.core.executor import JOBS_LOGGER
+from pgenough.core.worker import JOBS_LOGGER
 
 Mode = Literal["logged", "quiet", "none"]
 MODES: Final[tuple[Mode, ...]] = ("none", "logged", "quiet")

@@ -21,7 +21,7 @@ job during the drain. The modes:
   application gets.
 
 ``--dispatch-only`` measures, without a database, the worker's own path from claimed rows
-to acknowledged jobs (``_Executor._dispatch`` with no-op handlers, ``--jobs`` jobs in batches
+to acknowledged jobs (``Executor._dispatch`` with no-op handlers, ``--jobs`` jobs in batches
 of ``--batch``; min of ``--rounds``): CPU that no SQL shares, so it compares across versions
 even on a busy machine.
 
@@ -178,7 +178,11 @@ def dispatch_cost(batch: int, batches: int) -> float:
     from psycopg_pool import AsyncConnectionPool
 
     from pgenough.core.statements import record_maker
-    from pgenough.core.worker import _Executor
+
+    try:
+        from pgenough.core.worker._executor import Executor
+    except ImportError:  # before the worker became a package (issue 34)
+        from pgenough.core.worker import _Executor as Executor  # type: ignore[attr-defined,no-redef]
 
     async def noop(job: Job) -> None:
         pass
@@ -188,20 +192,27 @@ def dispatch_cost(batch: int, batches: int) -> float:
         config = WorkerConfig(
             queue=QUEUE, batch_size=batch, concurrency=max(10, batch), maintenance=None
         )
-        executor = _Executor(pool, {KIND: noop}, config, name="profile", rng=random.Random())
+        executor = Executor(pool, {KIND: noop}, config, name="profile", rng=random.Random())
         now = datetime.now(UTC)
         rows = [(i, QUEUE, KIND, {"n": i}, 0, 1, 20, now, now) for i in range(batch)]
         job_from_row = record_maker(Job, [f.name for f in fields(Job)])
-        report = getattr(executor, "_report", lambda: None)  # absent before issue 13
+        # Its in-hand state: a Flight since issue 34, the executor's own attributes before.
+        flight = getattr(executor, "flight", None)
+        inflight = flight.inflight if flight else executor._inflight
+        report = flight.report if flight else getattr(executor, "_report", lambda: None)
         cpu0 = cpu()
         for _ in range(batches):
             jobs = [job_from_row(row) for row in rows]
             jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
             executor._dispatch(jobs)
-            while executor._inflight:  # noqa: ASYNC110 - turn the loop until handlers ran
+            while inflight:  # noqa: ASYNC110 - turn the loop until handlers ran
                 await asyncio.sleep(0)
-            assert len(executor._done) == batch
-            executor._done = []
+            if flight:
+                assert len(flight.done) == batch
+                flight.done = []
+            else:
+                assert len(executor._done) == batch
+                executor._done = []
             report()
         return (cpu() - cpu0) / (batch * batches) * 1e6
 

@@ -34,7 +34,7 @@ DONE = re.compile(
     r" \(tasks\.send_welcome, \d+\.\d{3}s\) \[job_id=(?P=id) queue=emails\]$",
     re.MULTILINE,
 )
-"""The worker's line for the job done (core/executor.py), as the README quotes it."""
+"""The worker's line for the job done (core/worker/_running.py), as the README quotes it."""
 
 
 @dataclass(frozen=True)

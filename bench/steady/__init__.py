@@ -70,7 +70,7 @@ without, recovery after the release <= 30 s. A target whose phase failed is NOT 
 out by ``--no-steady`` / ``--no-sustain`` / ``--no-hold`` is ``not run``.
 
 Claim latency: the raw loop times its ``DELETE ... RETURNING`` round trip; for ours the
-benchmark wraps the worker's claim method (``_Executor._claim``: the claim statement and
+benchmark wraps the worker's claim method (``Executor._claim``: the claim statement and
 its acknowledgements, one round trip) with a timer in the worker process; nothing in the
 product changes. A sampler reads, every ``SAMPLE`` seconds, the jobs table's total size
 (``pg_total_relation_size``), its heap, claim index and primary key sizes, ``n_live_tup``,

@@ -153,9 +153,12 @@ class PhaseResult:
 
 
 def _ours_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> None:
-    from pgenough.core import worker as worker_module
+    try:
+        from pgenough.core.worker._executor import Executor
+    except ImportError:  # before the worker became a package (issue 34)
+        from pgenough.core.worker import _Executor as Executor  # type: ignore[attr-defined,no-redef]
 
-    original = worker_module._Executor._claim
+    original = Executor._claim
 
     async def timed_claim(self: Any, conn: Any, done: Any, limit: int) -> Any:
         began = time.perf_counter()
@@ -163,7 +166,7 @@ def _ours_worker(spec: WorkerSpec, ready: Barrier, stop: Flag, rec: Record) -> N
         rec.claims.append((time.time(), time.perf_counter() - began, len(jobs)))
         return jobs
 
-    worker_module._Executor._claim = timed_claim  # type: ignore[method-assign]
+    Executor._claim = timed_claim  # type: ignore[method-assign]
 
     async def go() -> None:
         pool = await open_pool(

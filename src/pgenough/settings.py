@@ -41,8 +41,8 @@ from pgenough.core.db import (
     default_data_dir,
     with_network_timeout,
 )
-from pgenough.core.worker_options import MAX_BATCH_SIZE as MAX_BATCH_SIZE
-from pgenough.core.worker_options import MAX_CONCURRENCY as MAX_CONCURRENCY
+from pgenough.core.worker.config import MAX_BATCH_SIZE as MAX_BATCH_SIZE
+from pgenough.core.worker.config import MAX_CONCURRENCY as MAX_CONCURRENCY
 from pgenough.dashboard import defaults as dashboard_defaults
 from pgenough.eventloop import DEFAULT_EVENT_LOOP, EventLoopChoice
 

@@ -22,7 +22,7 @@ from pgenough.core import (
     enqueue,
     requeue_stuck,
 )
-from pgenough.core.worker import RESCAN_INTERVAL
+from pgenough.core.worker._executor import RESCAN_INTERVAL
 
 pytestmark = pytest.mark.db
 

@@ -28,8 +28,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from pgenough.core import LeaseLost, complete, enqueue, migrate
-from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
 from pgenough.core.queue import claim, complete_many, fail_job
+from pgenough.core.worker._listener import LISTENER_APPLICATION_PREFIX
 from tests.helpers import failoverapp
 from tests.helpers.failover import Producer, measure, project_env, read_acks
 from tests.helpers.procs import WORKER_STARTED, Proc, wait_for

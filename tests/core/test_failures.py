@@ -31,7 +31,6 @@ from pgenough.core import (
     get_job,
     requeue_stuck,
 )
-from pgenough.core.executor import JOBS_LOGGER
 from pgenough.core.failures import (
     ERRORS_KEPT,
     TRACEBACK_LIMIT,
@@ -39,6 +38,7 @@ from pgenough.core.failures import (
     format_traceback,
 )
 from pgenough.core.testing import run_jobs
+from pgenough.core.worker import JOBS_LOGGER
 
 CONFIG = WorkerConfig(maintenance=None, batch_size=20, concurrency=20, backoff=Backoff(1, 1))
 HERE = Path(__file__).resolve()

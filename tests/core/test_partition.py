@@ -30,8 +30,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgenough.core.executor import RESCAN_INTERVAL
-from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
+from pgenough.core.worker._executor import RESCAN_INTERVAL
+from pgenough.core.worker._listener import LISTENER_APPLICATION_PREFIX
 from tests.helpers import partitionapp
 from tests.helpers.multihost import Hosts, cleaned_up, hosts
 from tests.helpers.procs import WORKER_STARTED, Proc, wait_for

@@ -33,7 +33,7 @@ from pgenough.core import (
     enqueue_many,
     open_pool,
 )
-from pgenough.core.notifier import LISTENER_APPLICATION_PREFIX
+from pgenough.core.worker._listener import LISTENER_APPLICATION_PREFIX
 from tests.helpers.pgbouncer import Bouncer, bouncer
 from tests.helpers.procs import wait_until
 

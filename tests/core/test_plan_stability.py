@@ -44,7 +44,7 @@ from pgenough.core import (
     retry_job,
 )
 from pgenough.core.queue import complete_many, record_failure
-from pgenough.core.worker import _Executor
+from pgenough.core.worker._executor import Executor
 from pgenough_plans.ingest.process import PLANS_QUEUE
 from tests.helpers.explain import Plans, explain_on
 
@@ -67,9 +67,9 @@ class Session:
     pool: AsyncConnectionPool
     """One connection: every call of the product below runs on it."""
     plans: Plans
-    executor: _Executor
+    executor: Executor
     """A worker's executor of queue ``default``."""
-    chunks: _Executor
+    chunks: Executor
     """The plan service's (``pgenough worker process``): its chunk claims."""
     periodic: Periodic
 
@@ -153,7 +153,7 @@ class Hot:
     """Rows the measured call handles, which bound the buffers it may touch."""
 
 
-async def _claim(executor: _Executor, s: Session, done: list[Job] | None = None) -> object:
+async def _claim(executor: Executor, s: Session, done: list[Job] | None = None) -> object:
     """A claim on the connection the claim loop holds, as it holds it (``_hold``)."""
     conn, restore = await executor._hold()
     try:
@@ -184,15 +184,15 @@ async def _on_conn(s: Session, call: Callable[[Any], Awaitable[object]]) -> obje
 
 
 def _inflight(s: Session, jobs: list[Job]) -> None:
-    s.executor._inflight = {j.id: (j, None) for j in jobs}  # type: ignore[misc]
+    s.executor.flight.inflight = {j.id: (j, None) for j in jobs}  # type: ignore[misc]
 
 
 async def _beat(s: Session, jobs: list[Job]) -> None:
     _inflight(s, jobs)
     try:
-        await s.executor._beat()
+        await s.executor.heartbeat.beat()
     finally:
-        s.executor._inflight = {}
+        s.executor.flight.inflight = {}
 
 
 async def _hand_back(s: Session, jobs: list[Job]) -> None:

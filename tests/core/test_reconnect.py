@@ -17,8 +17,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import Backoff, Job, Message, Periodic, Worker, WorkerConfig, enqueue, subscribe
 from pgenough.core.db import open_pool
-from pgenough.core.notifier import Notifier
 from pgenough.core.service import Services
+from pgenough.core.worker._listener import Notifier
 from tests.helpers.netproxy import Proxy
 from tests.helpers.procs import wait_until
 

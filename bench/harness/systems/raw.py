@@ -53,10 +53,10 @@ RAW_OPTIONS = "-c plan_cache_mode=force_custom_plan -c enable_sort=off"
 """The raw loop's sessions: ``RAW_TAKE`` is prepared (parsed once), planned at every
 execution, with its values and the table's current size, and never with a Sort, so always on
 the claim index, as the product's claim loop holds its connection
-(``worker._Executor._hold``, which says why a Sort is ruled out: a vacuum between two bursts
-leaves statistics under which a Seq Scan and a Sort of the table look cheaper). psycopg prepares a
-statement after 5 executions, and PostgreSQL may then cache a *generic* plan, built for no
-particular values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans,
+(``worker._executor.Executor._hold``, which says why a Sort is ruled out: a vacuum between two
+bursts leaves statistics under which a Seq Scan and a Sort of the table look cheaper). psycopg
+prepares a statement after 5 executions, and PostgreSQL may then cache a *generic* plan, built for
+no particular values while ``raw_jobs`` was empty or tiny: a nested-loop semi join over seq scans,
 O(rows²) per claim (claims ran for minutes in steady state; forced generic, one claim on 20,000
 rows took 33 s and, rescanning the SKIP LOCKED subquery per outer row, deleted all 20,000).
 Unprepared instead, the claim costs about 0.88x the rate (``python -m bench.claim_plans``): not

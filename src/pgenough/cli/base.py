@@ -30,7 +30,7 @@ from typer._click.globals import get_current_context
 
 from pgenough import __version__, eventloop, logs
 from pgenough.core import PgenoughError
-from pgenough.core.executor import JOBS_LOGGER
+from pgenough.core.worker import JOBS_LOGGER
 from pgenough.settings import ConfigFileError, Settings
 
 app = typer.Typer(

@@ -47,7 +47,7 @@ from pgenough.core import (
     schema_version,
 )
 from pgenough.core.statements import AsyncConn
-from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
+from pgenough.core.worker.config import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 from pgenough.dashboard.schema import MIGRATIONS as DASHBOARD_MIGRATIONS
 from pgenough.settings import Settings
 

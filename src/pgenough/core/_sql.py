@@ -26,9 +26,10 @@ worker that started on an empty queue became O(rows) in the next burst. Unlike
 ``plan_cache_mode`` it needs no session setting, so it holds on the caller's own connection
 (an ORM's, one behind PgBouncer) as on ours. The claim itself, the one statement a worker
 runs thousands of times a second, is kept prepared on the connection its loop holds, under
-``plan_cache_mode = force_custom_plan`` and ``enable_sort = off`` (``executor._Executor._hold``,
-which says why a custom plan alone is not enough for it); ``python -m bench.claim_plans``
-measures parsing and planning it at every execution against a prepared claim. See
+``plan_cache_mode = force_custom_plan`` and ``enable_sort = off``
+(``worker._executor.Executor._hold``, which says why a custom plan alone is not enough for it);
+``python -m bench.claim_plans`` measures parsing and planning it at every execution against a
+prepared claim. See
 docs/architecture.md, "Plans that stay right"."""
 
 _HEADER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

@@ -5,8 +5,8 @@ joins whatever transaction is open on it: a job exists iff the transaction that 
 commits, and a handler that completes its job in the transaction holding its own writes has
 exactly-once database effects.
 This module runs every statement on ``pgenough.jobs`` (``sql/queue.sql``): the producer's
-and the operator's calls, the worker's claims, heartbeats and failure bookkeeping (async
-functions that ``executor.py`` calls), the maintenance duties' batches (``maintenance.py``
+and the operator's calls, the worker's claims, heartbeats and failure bookkeeping (async functions
+that the worker (``worker._executor``) calls), the maintenance duties' batches (``maintenance.py``
 runs them under its timeouts) and the read models other layers need (``job_failures``,
 ``jobs_by_payload``).
 """
@@ -500,8 +500,9 @@ _JOB_ROWS = record_rows(Job)
 
 
 async def hold_for_claims(conn: AsyncConn) -> None:
-    """Set up the session of a connection a claim loop keeps (see ``executor._Executor._hold``
-    for why): its claims planned at each execution and never with a Sort."""
+    """Set up the session of a connection a claim loop keeps (see
+    ``worker._executor.Executor._hold`` for why): its claims planned at each execution and
+    never with a Sort."""
     await conn.execute(_Q["plan_each_claim"])
 
 

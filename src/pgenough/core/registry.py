@@ -5,7 +5,7 @@ died without stopping (kill -9, a lost host) shows as gone once its heartbeat is
 ``ALIVE_AFTER``, and the cleaner forgets it after ``GONE_RETENTION``.
 
 The heartbeat here is the process's, for people to look at; a job's lease has its own
-(``executor.py``), which is what decides whether a claim is still held.
+(``worker._executor``), which is what decides whether a claim is still held.
 """
 
 from __future__ import annotations

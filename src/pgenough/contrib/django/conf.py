@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pgenough.core.worker import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_TIMEOUT
-from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
+from pgenough.core.worker.config import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 
 SETTING = "PGENOUGH"
 

@@ -13,7 +13,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import AnyConnection, App, Job, Task, ThreadHandler
-from pgenough.core.executor import AnyHandler
+from pgenough.core.worker import AnyHandler
 
 
 class DjangoApp(App):

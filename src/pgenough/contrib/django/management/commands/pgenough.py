@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from pgenough.contrib.django import conf, db, worker
 from pgenough.core import PgenoughError, WorkerConfig
-from pgenough.core.worker_options import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
+from pgenough.core.worker.config import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 
 USAGE = 2
 

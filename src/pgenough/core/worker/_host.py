@@ -1,7 +1,7 @@
-"""The worker: the process host of the queue's executors (``executor.py``).
+"""The worker: the process host of the queues' executors (``_executor``).
 
 One ``Worker`` runs one executor per queue (claim loop, concurrency, lease, heartbeat,
-completion) and shares the rest across them: one listener connection (``notifier.py``), one
+completion) and shares the rest across them: one listener connection (``_listener``), one
 set of periodic duties (maintenance, yours), one queue-stats refresh, the signal handlers and
 the pool.
 """
@@ -9,7 +9,6 @@ the pool.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import signal
 import uuid
@@ -20,32 +19,16 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import maintenance
-from pgenough.core.executor import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_CONCURRENCY,
-    DEFAULT_LEASE,
-    DEFAULT_POLL_INTERVAL,
-    DEFAULT_SHUTDOWN_TIMEOUT,
-    DEFAULT_STATS_INTERVAL,
-    INTERRUPTED,
-    RESCAN_INTERVAL,
-    AnyHandler,
-    BatchFn,
-    BatchHandler,
-    Handler,
-    ThreadHandler,
-    WorkerConfig,
-    WorkerStats,
-    _Executor,
-)
 from pgenough.core.history import CountsFlusher
-from pgenough.core.notifier import Notifier
 from pgenough.core.periodic import Periodic
 from pgenough.core.queue import refresh_queue_metrics
 from pgenough.core.registry import Registration
 from pgenough.core.service import Service, Services, TaskService
-
-log = logging.getLogger(__name__)
+from pgenough.core.worker._executor import Executor
+from pgenough.core.worker._listener import Notifier
+from pgenough.core.worker.config import WorkerConfig
+from pgenough.core.worker.handlers import AnyHandler
+from pgenough.core.worker.outcomes import WorkerStats, log
 
 
 class Worker(Service):
@@ -56,7 +39,7 @@ class Worker(Service):
     ``RetryIn(seconds)`` to choose the delay, ``GiveUp`` to dead-letter at once. A handler
     with a ``backoff`` attribute (a task does) retries on that policy instead of the queue's.
     A ``BatchHandler`` takes the claimed jobs of its kind together, in one transaction that
-    also completes them (see ``executor.py``'s "Completion modes").
+    also completes them (see ``_executor``'s "Completion modes").
 
     Each ``WorkerConfig`` (one per queue; the default queue when none is given) gets its own
     executor: claim loop, concurrency, lease and heartbeat. The process shares the rest, as
@@ -104,7 +87,7 @@ class Worker(Service):
         rng = rng or random.Random()
         multi = len(configs) > 1
         self._executors = [
-            _Executor(
+            Executor(
                 pool,
                 self.handlers,
                 config,
@@ -213,23 +196,3 @@ class Worker(Service):
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
-
-
-__all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_CONCURRENCY",
-    "DEFAULT_LEASE",
-    "DEFAULT_POLL_INTERVAL",
-    "DEFAULT_SHUTDOWN_TIMEOUT",
-    "DEFAULT_STATS_INTERVAL",
-    "INTERRUPTED",
-    "RESCAN_INTERVAL",
-    "AnyHandler",
-    "BatchFn",
-    "BatchHandler",
-    "Handler",
-    "ThreadHandler",
-    "Worker",
-    "WorkerConfig",
-    "WorkerStats",
-]
