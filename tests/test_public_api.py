@@ -16,6 +16,21 @@ PUBLIC_MODULES = [
     "pgenough",
     "pgenough.cli",
     "pgenough.core",
+    "pgenough.core.admin",
+    "pgenough.core.db",
+    "pgenough.core.errors",
+    "pgenough.core.locks",
+    "pgenough.core.logcontext",
+    "pgenough.core.maintenance",
+    "pgenough.core.migrations",
+    "pgenough.core.periodic",
+    "pgenough.core.pubsub",
+    "pgenough.core.queue",
+    "pgenough.core.retry",
+    "pgenough.core.schedule",
+    "pgenough.core.service",
+    "pgenough.core.tasks",
+    "pgenough.core.worker",
     "pgenough.dashboard",
     "pgenough.graceful",
     "pgenough.httpserver",
@@ -24,7 +39,23 @@ PUBLIC_MODULES = [
 ]
 
 
-@pytest.mark.parametrize("name", PUBLIC_MODULES)
+UNSORTED = {
+    "pgenough.core.worker": "worker.py's __all__ is in ruff's isort order (constants first); "
+    "the worker package under way declares its own: sort it plainly and drop this entry",
+}
+"""Public modules whose ``__all__`` is known not to be plainly sorted yet (strict: once it is,
+the test fails until the entry goes)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(reason=UNSORTED[name], strict=True))
+        if name in UNSORTED
+        else name
+        for name in PUBLIC_MODULES
+    ],
+)
 def test_all_is_sorted_and_names_what_the_module_has(name: str) -> None:
     module = importlib.import_module(name)
     exported = module.__all__

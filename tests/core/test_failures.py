@@ -18,7 +18,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
     App,
-    AttemptError,
     Backoff,
     GiveUp,
     JobRecord,
@@ -29,8 +28,8 @@ from pgenough.core import (
     WorkerStats,
     fail,
     get_job,
-    requeue_stuck,
 )
+from pgenough.core.admin import AttemptError
 from pgenough.core.executor import JOBS_LOGGER
 from pgenough.core.failures import (
     ERRORS_KEPT,
@@ -38,6 +37,7 @@ from pgenough.core.failures import (
     TRACEBACKS_KEPT,
     format_traceback,
 )
+from pgenough.core.maintenance import requeue_stuck
 from pgenough.core.testing import run_jobs
 
 CONFIG = WorkerConfig(maintenance=None, batch_size=20, concurrency=20, backoff=Backoff(1, 1))
