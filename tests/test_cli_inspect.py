@@ -21,7 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 from typer.testing import CliRunner
 
 from pgenough.cli import app
-from pgenough.core import enqueue, get_job, list_jobs
+from pgenough.core import enqueue, get_job
+from pgenough.core.admin import list_jobs
 from pgenough.core.db import create_database, drop_database, with_database
 from pgenough.jsonable import as_json
 from pgenough_plans.cli import app as plan_app

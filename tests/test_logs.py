@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from pgenough.core import bind_log_context, log_context
+from pgenough.core.logcontext import bind_log_context, log_context
 from pgenough.logs import ContextFilter, JsonFormatter, TextFormatter
 from tests.test_cli import pgenough
 

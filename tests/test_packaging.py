@@ -221,7 +221,8 @@ def test_a_task_runs_end_to_end_on_the_core_alone(core_venv: CoreVenv, core_db: 
             import asyncio
             import sys
 
-            from pgenough.core import TaskArgumentsError, migrate, open_pool
+            from pgenough.core import migrate, open_pool
+            from pgenough.core.tasks import TaskArgumentsError
 
             from shop_tasks import record
 

@@ -37,16 +37,8 @@ from bench.steady import (
     SteadySystem,
 )
 
-from pgenough.core import (
-    Job,
-    MaintenanceConfig,
-    NewJob,
-    Worker,
-    WorkerConfig,
-    enqueue_many,
-    open_pool,
-)
-from pgenough.core.maintenance import DEFAULT_VACUUM_INTERVAL
+from pgenough.core import Job, NewJob, Worker, WorkerConfig, enqueue_many, open_pool
+from pgenough.core.maintenance import DEFAULT_VACUUM_INTERVAL, MaintenanceConfig
 
 
 @dataclass(frozen=True)

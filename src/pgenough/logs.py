@@ -1,6 +1,6 @@
 """Log output of the ``pgenough`` command: text for people, JSON lines for log shippers.
 
-Both formats carry the log context (``pgenough.core.log_context``): ``run_id`` and
+Both formats carry the log context (``pgenough.core.logcontext.log_context``): ``run_id`` and
 ``provider`` while a run is fetched or processed, ``job_id`` and ``queue`` while a job is
 handled, ``request_id`` while an API request is answered. A JSON line is one object::
 
@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Final, Literal, TextIO
 
-from pgenough.core import current_log_context
+from pgenough.core.logcontext import current_log_context
 
 LogFormat = Literal["text", "json"]
 CONTEXT_ATTR: Final = "pgenough_context"

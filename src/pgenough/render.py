@@ -18,10 +18,10 @@ from rich.json import JSON
 from rich.table import Column, Table
 from rich.text import Text
 
-from pgenough.core import (
+from pgenough.core import JobRecord
+from pgenough.core.admin import (
     AttemptError,
     JobFailures,
-    JobRecord,
     JobState,
     PeriodicInfo,
     QueuePoint,

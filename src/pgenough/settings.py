@@ -31,7 +31,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pgenough.core import MaintenanceConfig, PgenoughError, WorkerConfig
+from pgenough.core import PgenoughError, WorkerConfig
 from pgenough.core import history as core_history
 from pgenough.core import maintenance as core_maintenance
 from pgenough.core import worker as core_worker
@@ -41,6 +41,7 @@ from pgenough.core.db import (
     default_data_dir,
     with_network_timeout,
 )
+from pgenough.core.maintenance import MaintenanceConfig
 from pgenough.core.worker.config import MAX_BATCH_SIZE as MAX_BATCH_SIZE
 from pgenough.core.worker.config import MAX_CONCURRENCY as MAX_CONCURRENCY
 from pgenough.dashboard import defaults as dashboard_defaults

@@ -22,18 +22,17 @@ from pgenough.core import (
     BatchTask,
     GiveUp,
     Job,
-    MaintenanceConfig,
     NewJob,
     RetryIn,
     Worker,
     WorkerConfig,
-    discard_job,
     enqueue,
     enqueue_many,
     get_job,
-    requeue_stuck,
 )
 from pgenough.core._sql import load
+from pgenough.core.admin import discard_job
+from pgenough.core.maintenance import MaintenanceConfig, requeue_stuck
 from pgenough.core.statements import record_rows
 from pgenough.core.worker import INTERRUPTED
 from tests.helpers.procs import wait_until

@@ -14,14 +14,8 @@ from datetime import timedelta
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    Job,
-    RetryIn,
-    Worker,
-    WorkerConfig,
-    enqueue,
-    requeue_stuck,
-)
+from pgenough.core import Job, RetryIn, Worker, WorkerConfig, enqueue
+from pgenough.core.maintenance import requeue_stuck
 from pgenough.core.worker._executor import RESCAN_INTERVAL
 
 pytestmark = pytest.mark.db

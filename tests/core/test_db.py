@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import DatabaseError
 from pgenough.core.db import open_pool, probe
+from pgenough.core.errors import DatabaseError
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ from urllib.parse import urlencode
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from pgenough.core import DatabaseError, enqueue, open_pool
+from pgenough.core import enqueue, open_pool
 from pgenough.core.dburl import libpq_url, targets, where
+from pgenough.core.errors import DatabaseError
 from tests.test_cli import free_port
 
 OUR_OPTIONS = ("keepalives", "options", "tcp_user_timeout", "connect_timeout", "application_name")

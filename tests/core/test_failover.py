@@ -27,7 +27,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from pgenough.core import LeaseLost, complete, enqueue, migrate
+from pgenough.core import complete, enqueue, migrate
+from pgenough.core.errors import LeaseLost
 from pgenough.core.queue import claim, complete_many, fail_job
 from pgenough.core.worker._listener import LISTENER_APPLICATION_PREFIX
 from tests.helpers import failoverapp

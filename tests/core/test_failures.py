@@ -18,7 +18,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
     App,
-    AttemptError,
     Backoff,
     GiveUp,
     JobRecord,
@@ -29,14 +28,15 @@ from pgenough.core import (
     WorkerStats,
     fail,
     get_job,
-    requeue_stuck,
 )
+from pgenough.core.admin import AttemptError
 from pgenough.core.failures import (
     ERRORS_KEPT,
     TRACEBACK_LIMIT,
     TRACEBACKS_KEPT,
     format_traceback,
 )
+from pgenough.core.maintenance import requeue_stuck
 from pgenough.core.testing import run_jobs
 from pgenough.core.worker import JOBS_LOGGER
 

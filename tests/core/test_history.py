@@ -14,19 +14,10 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    GiveUp,
-    Job,
-    MaintenanceConfig,
-    Worker,
-    WorkerConfig,
-    clean,
-    enqueue,
-    enqueue_many,
-    queue_history,
-    queue_trend,
-)
+from pgenough.core import GiveUp, Job, Worker, WorkerConfig, enqueue, enqueue_many
+from pgenough.core.admin import queue_history, queue_trend
 from pgenough.core.history import CountsFlusher, sample_queues
+from pgenough.core.maintenance import MaintenanceConfig, clean
 from pgenough.core.queue import NewJob
 
 pytestmark = pytest.mark.db

@@ -32,17 +32,9 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    Job,
-    MaintenanceConfig,
-    Periodic,
-    Worker,
-    WorkerConfig,
-    complete,
-    enqueue,
-    open_pool,
-)
+from pgenough.core import Job, Periodic, Worker, WorkerConfig, complete, enqueue, open_pool
 from pgenough.core.db import with_network_timeout
+from pgenough.core.maintenance import MaintenanceConfig
 from tests.helpers.linkapp import TALLIES_TABLE, effect, tally
 from tests.helpers.netproxy import Faults, Proxy
 from tests.helpers.procs import Proc

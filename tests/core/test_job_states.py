@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import JOB_STATES, JobState, QueueStats, parse_job_state
+from pgenough.core.admin import JOB_STATES, JobState, QueueStats, parse_job_state
 from pgenough.core.job_states import QUEUE_DEPTHS, SCHEDULED, depth_state
 from pgenough.core.metrics import QUEUE_STATES
 
@@ -48,7 +48,8 @@ async def test_a_job_record_carries_a_job_state(db: AsyncConnectionPool) -> None
     """``JobRecord.state`` is the enum, not the row's text, and still reads as its value."""
     import json
 
-    from pgenough.core import enqueue, get_job, list_jobs
+    from pgenough.core import enqueue, get_job
+    from pgenough.core.admin import list_jobs
 
     async with db.connection() as conn:
         job_id = await enqueue(conn, "states.probe", {})

@@ -8,7 +8,9 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import LockNotAcquired, advisory_lock, lock_key
+from pgenough.core import advisory_lock
+from pgenough.core.errors import LockNotAcquired
+from pgenough.core.locks import lock_key
 from tests.helpers.procs import Proc, wait_for
 
 

@@ -7,15 +7,11 @@ import pytest
 from prometheus_client import REGISTRY
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    Job,
+from pgenough.core import Job, Worker, WorkerConfig, enqueue, get_job
+from pgenough.core.maintenance import (
     MaintenanceConfig,
     VacuumResult,
-    Worker,
-    WorkerConfig,
     clean,
-    enqueue,
-    get_job,
     requeue_stuck,
     vacuum_jobs,
 )

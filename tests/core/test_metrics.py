@@ -23,8 +23,8 @@ from pgenough.core import (
     WorkerConfig,
     enqueue,
     open_pool,
-    refresh_queue_metrics,
 )
+from pgenough.core.admin import refresh_queue_metrics
 
 pytestmark = pytest.mark.db
 

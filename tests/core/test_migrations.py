@@ -8,9 +8,10 @@ import uuid
 import psycopg
 import pytest
 
-from pgenough.core import MigrationError, migrate, schema_version
+from pgenough.core import migrate
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.core.migrations import available
+from pgenough.core.errors import MigrationError
+from pgenough.core.migrations import available, schema_version
 
 pytestmark = pytest.mark.db
 

@@ -25,7 +25,8 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgenough.core import App, WorkerConfig, get_job, list_jobs
+from pgenough.core import App, WorkerConfig, get_job
+from pgenough.core.admin import list_jobs
 from pgenough.core.orm import django_connection, sqlalchemy_async_connection, sqlalchemy_connection
 from pgenough.core.queue import JOBS_CHANNEL
 

@@ -15,16 +15,9 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    Claim,
-    Cron,
-    Interval,
-    Periodic,
-    PeriodicInfo,
-    PeriodicTask,
-    list_periodic,
-    metrics,
-)
+from pgenough.core import Cron, Interval, Periodic, PeriodicTask, metrics
+from pgenough.core.admin import PeriodicInfo, list_periodic
+from pgenough.core.periodic import Claim
 from tests.helpers.procs import Proc
 
 T = datetime(2026, 5, 1, 10, tzinfo=UTC)  # an hourly tick

@@ -22,7 +22,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import (
     Job,
-    MaintenanceConfig,
     NewJob,
     Periodic,
     Worker,
@@ -33,6 +32,7 @@ from pgenough.core import (
     enqueue_many,
     open_pool,
 )
+from pgenough.core.maintenance import MaintenanceConfig
 from pgenough.core.worker._listener import LISTENER_APPLICATION_PREFIX
 from tests.helpers.pgbouncer import Bouncer, bouncer
 from tests.helpers.procs import wait_until

@@ -31,18 +31,16 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import (
     Interval,
     Job,
-    MaintenanceConfig,
     Periodic,
     PeriodicTask,
     Worker,
     WorkerConfig,
     complete,
-    discard_job,
     get_job,
     open_pool,
-    requeue_stuck,
-    retry_job,
 )
+from pgenough.core.admin import discard_job, retry_job
+from pgenough.core.maintenance import MaintenanceConfig, requeue_stuck
 from pgenough.core.queue import complete_many, record_failure
 from pgenough.core.worker._executor import Executor
 from pgenough_plans.ingest.process import PLANS_QUEUE

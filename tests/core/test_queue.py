@@ -12,19 +12,19 @@ from psycopg_pool import AsyncConnectionPool
 from pgenough.core import (
     EnqueueOptions,
     Job,
-    JobFailures,
-    JobNotFound,
-    LeaseLost,
     NewJob,
     Worker,
     WorkerConfig,
     complete,
-    discard_dead,
-    discard_job,
-    discard_jobs,
     enqueue,
     enqueue_many,
     get_job,
+)
+from pgenough.core.admin import (
+    JobFailures,
+    discard_dead,
+    discard_job,
+    discard_jobs,
     job_failures,
     job_failures_by_queue,
     list_jobs,
@@ -33,6 +33,7 @@ from pgenough.core import (
     retry_job,
     retry_jobs,
 )
+from pgenough.core.errors import JobNotFound, LeaseLost
 
 pytestmark = pytest.mark.db
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Job, JobFailures, JobRecord, QueueStats
+from pgenough.core import Job, JobRecord
 from pgenough.core._sql import load
+from pgenough.core.admin import JobFailures, QueueStats
 from pgenough.core.queue import Requeued
 from pgenough.core.statements import record_maker
 

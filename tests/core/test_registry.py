@@ -14,16 +14,9 @@ import socket
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    Job,
-    MaintenanceConfig,
-    Worker,
-    WorkerConfig,
-    WorkerInfo,
-    clean,
-    enqueue,
-    list_workers,
-)
+from pgenough.core import Job, Worker, WorkerConfig, enqueue
+from pgenough.core.admin import WorkerInfo, list_workers
+from pgenough.core.maintenance import MaintenanceConfig, clean
 from pgenough.core.registry import ALIVE_AFTER, GONE_RETENTION
 from tests.helpers.procs import WORKER_STARTED, Proc, wait_until
 from tests.test_cli_inspect import cli, cli_json

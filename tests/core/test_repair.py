@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import discard_job, enqueue, get_job, queue_stats, repair
+from pgenough.core import enqueue, get_job, repair
+from pgenough.core.admin import discard_job, queue_stats
 
 pytestmark = pytest.mark.db
 

@@ -14,23 +14,19 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgenough.core import (
     App,
-    JobNotFound,
-    LockNotAcquired,
     NewJob,
     WorkerConfig,
     advisory_lock,
     advisory_xact_lock,
-    discard_job,
     enqueue,
     enqueue_many,
     get_job,
-    list_jobs,
     publish,
-    queue_stats,
     repair,
-    retry_job,
     subscribe,
 )
+from pgenough.core.admin import discard_job, list_jobs, queue_stats, retry_job
+from pgenough.core.errors import JobNotFound, LockNotAcquired
 from pgenough.core.pubsub import MAX_INLINE_BYTES
 
 pytestmark = pytest.mark.db

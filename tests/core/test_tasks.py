@@ -16,18 +16,9 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    App,
-    Backoff,
-    GiveUp,
-    NewJob,
-    TaskArgumentsError,
-    TaskContext,
-    WorkerConfig,
-    complete,
-    get_job,
-    list_jobs,
-)
+from pgenough.core import App, Backoff, GiveUp, NewJob, TaskContext, WorkerConfig, complete, get_job
+from pgenough.core.admin import list_jobs
+from pgenough.core.tasks import TaskArgumentsError
 from tests.helpers.procs import ROOT, wait_until
 
 pytestmark = pytest.mark.db

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import App, GiveUp, TaskFailed, complete, fail, get_job, list_jobs
+from pgenough.core import App, GiveUp, TaskFailed, complete, fail, get_job
+from pgenough.core.admin import list_jobs
 from pgenough.core.testing import run_jobs
 from tests.core.test_orm import django_ready
 

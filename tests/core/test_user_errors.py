@@ -18,19 +18,11 @@ from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session, async_sessionmaker
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from pgenough.core import (
-    App,
-    MigrationError,
-    NewJob,
-    PgenoughError,
-    SchemaMissing,
-    TaskArgumentsError,
-    enqueue_many,
-    get_job,
-    list_jobs,
-    publish,
-)
+from pgenough.core import App, NewJob, PgenoughError, enqueue_many, get_job, publish
+from pgenough.core.admin import list_jobs
+from pgenough.core.errors import MigrationError, SchemaMissing
 from pgenough.core.orm import sqlalchemy_async_connection, sqlalchemy_connection
+from pgenough.core.tasks import TaskArgumentsError
 from tests.core.test_orm import sa_async_engine, sa_engine
 
 app = App()

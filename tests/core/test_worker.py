@@ -17,7 +17,6 @@ from pgenough.core import (
     Backoff,
     GiveUp,
     Job,
-    MaintenanceConfig,
     NewJob,
     RetryIn,
     ThreadHandler,
@@ -26,9 +25,9 @@ from pgenough.core import (
     enqueue,
     enqueue_many,
     get_job,
-    retry_dead,
-    retry_job,
 )
+from pgenough.core.admin import retry_dead, retry_job
+from pgenough.core.maintenance import MaintenanceConfig
 from tests.helpers.procs import Proc
 
 pytestmark = pytest.mark.db

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import get_job, list_jobs
+from pgenough.core import get_job
+from pgenough.core.admin import list_jobs
 from pgenough.core.worker._listener import LISTENER_APPLICATION_PREFIX
 from tests.helpers import failapp, taskapp
 from tests.helpers.procs import ROOT, WORKER_STARTED, Proc, wait_until

@@ -24,11 +24,11 @@ from pgenough.core import (
     RetryIn,
     Worker,
     WorkerConfig,
-    discard_job,
     enqueue,
     enqueue_many,
     get_job,
 )
+from pgenough.core.admin import discard_job
 from pgenough.core.history import sample_queues
 
 

@@ -3,7 +3,7 @@ scheduled among the ready, as ``list_jobs(state="ready")`` lists them."""
 
 from __future__ import annotations
 
-from pgenough.core import QueueStats
+from pgenough.core.admin import QueueStats
 from pgenough.dashboard.overview import state_totals
 
 COUNTS = [QueueStats("mail", 0, 0, 0, 1, 0, 0.0), QueueStats("ops", 2, 1, 0, 0, 1, 3.5)]

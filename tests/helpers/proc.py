@@ -17,16 +17,8 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    Job,
-    MaintenanceConfig,
-    Periodic,
-    Worker,
-    WorkerConfig,
-    advisory_lock,
-    complete,
-    open_pool,
-)
+from pgenough.core import Job, Periodic, Worker, WorkerConfig, advisory_lock, complete, open_pool
+from pgenough.core.maintenance import MaintenanceConfig
 
 
 def say(*parts: Any) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from pydantic import Field, SecretStr
 
-from pgenough.core import with_network_timeout
+from pgenough.core.db import with_network_timeout
 from pgenough.settings import Settings
 from pgenough_plans.api import defaults as api_defaults
 from pgenough_plans.ingest.defaults import (

@@ -24,29 +24,25 @@ from pgenough.cli.base import (
 )
 from pgenough.cli.inspecting import JsonOption, inspect, now, show
 from pgenough.cli.workers import MetricsPortOption, ready_pool, serve_metrics
-from pgenough.core import (
+from pgenough.core import get_job, migrate, open_pool, repair
+from pgenough.core.admin import (
     JOB_STATES,
-    AppNotFound,
     JobFailures,
     PeriodicInfo,
     QueuePoint,
     QueueStats,
     WorkerInfo,
-    get_job,
     job_failures,
     list_jobs,
     list_periodic,
     list_workers,
-    load_app,
-    migrate,
-    open_pool,
     parse_job_state,
     queue_history,
     queue_stats,
-    repair,
-    schema_version,
 )
+from pgenough.core.migrations import schema_version
 from pgenough.core.statements import AsyncConn
+from pgenough.core.tasks import AppNotFound, load_app
 from pgenough.core.worker.config import MAX_BATCH_SIZE, MAX_CONCURRENCY, parse_queues
 from pgenough.dashboard.schema import MIGRATIONS as DASHBOARD_MIGRATIONS
 from pgenough.settings import Settings

@@ -16,7 +16,8 @@ from rich.console import Console, RenderableType
 
 from pgenough import jsonable
 from pgenough.cli.base import T, load_settings, out, run, setup_logging
-from pgenough.core import DatabaseError, SchemaMissing, open_pool
+from pgenough.core import open_pool
+from pgenough.core.errors import DatabaseError, SchemaMissing
 from pgenough.core.statements import AsyncConn
 from pgenough.settings import Settings
 

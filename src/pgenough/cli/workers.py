@@ -12,7 +12,8 @@ import typer
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.cli.base import fail
-from pgenough.core import MigrationSet, migrate, open_pool
+from pgenough.core import migrate, open_pool
+from pgenough.core.migrations import MigrationSet
 from pgenough.httpserver import ListenError
 from pgenough.settings import Settings
 

@@ -1,81 +1,36 @@
 """pgenough's messaging core: a work queue, pub/sub, advisory locks and periodic tasks on
 PostgreSQL. It knows nothing about plans; ``docs/guides/`` and ``docs/reference.md`` are its
-manual."""
+manual.
 
-from pgenough.core._sql import PLAN_EACH_TIME, named_queries
-from pgenough.core.db import database_url, open_pool, start_embedded, with_network_timeout
-from pgenough.core.errors import (
-    DatabaseError,
-    GiveUp,
-    JobNotFound,
-    LeaseLost,
-    LockNotAcquired,
-    MigrationError,
-    PgenoughError,
-    RetryIn,
-    SchemaMissing,
-    TaskFailed,
-    TaskTimeout,
-    first_line,
-)
-from pgenough.core.history import QueuePoint, queue_history, queue_trend
-from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
-from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock, lock_key
-from pgenough.core.logcontext import bind_log_context, current_log_context, log_context
-from pgenough.core.maintenance import (
-    CleanResult,
-    MaintenanceConfig,
-    RescueResult,
-    VacuumResult,
-    clean,
-    requeue_stuck,
-    rescue_expired,
-    vacuum_jobs,
-)
-from pgenough.core.migrations import MigrationSet, migrate, schema_version
-from pgenough.core.periodic import Claim, Periodic, PeriodicInfo, PeriodicTask, list_periodic
+Here are the names most programs need: tasks, enqueueing, the worker, pub/sub, locks,
+periodic tasks, the database and the errors a task raises. Everything else is in a public
+submodule that declares its own ``__all__``: ``admin`` (inspecting the queue and acting on
+it), ``db``, ``errors``, ``locks``, ``logcontext``, ``maintenance``, ``migrations``,
+``periodic``, ``pubsub``, ``queue``, ``retry``, ``schedule``, ``service``, ``tasks`` and
+``worker`` (docs/reference.md, "Where each name lives").
+"""
+
+from pgenough.core.db import database_url, open_pool, start_embedded
+from pgenough.core.errors import GiveUp, PgenoughError, RetryIn, TaskFailed, TaskTimeout
+from pgenough.core.locks import Lock, SyncLock, advisory_lock, advisory_xact_lock
+from pgenough.core.migrations import migrate
+from pgenough.core.periodic import Periodic, PeriodicTask
 from pgenough.core.pubsub import Gap, Message, Subscription, publish, subscribe
 from pgenough.core.queue import (
-    AttemptError,
     EnqueueOptions,
     Job,
-    JobFailures,
     JobRecord,
     NewJob,
-    QueueStats,
     cancel_job,
     complete,
-    discard_dead,
-    discard_job,
-    discard_jobs,
     enqueue,
     enqueue_many,
     fail,
     get_job,
-    job_failures,
-    job_failures_by_queue,
-    jobs_by_payload,
-    list_jobs,
-    queue_stats,
-    refresh_queue_metrics,
-    retry_dead,
-    retry_job,
-    retry_jobs,
 )
-from pgenough.core.registry import RunningJob, WorkerInfo, list_workers
-from pgenough.core.retry import Backoff, Reconnect
-from pgenough.core.schedule import Cron, Interval, Schedule, Tick
-from pgenough.core.service import Service, Services, TaskService
-from pgenough.core.statements import AnyConnection, AsyncConn
-from pgenough.core.tasks import (
-    App,
-    AppNotFound,
-    BatchTask,
-    Task,
-    TaskArgumentsError,
-    TaskContext,
-    load_app,
-)
+from pgenough.core.retry import Backoff
+from pgenough.core.schedule import Cron, Interval
+from pgenough.core.tasks import App, BatchTask, Task, TaskContext
 from pgenough.core.worker import (
     BatchHandler,
     Handler,
@@ -85,112 +40,48 @@ from pgenough.core.worker import (
     WorkerStats,
 )
 
-# Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order would put the
-# one constant first.
-__all__ = [  # noqa: RUF022
-    "AnyConnection",
+__all__ = [
     "App",
-    "AppNotFound",
-    "AsyncConn",
-    "AttemptError",
     "Backoff",
     "BatchHandler",
     "BatchTask",
-    "Claim",
-    "CleanResult",
     "Cron",
-    "DatabaseError",
     "EnqueueOptions",
     "Gap",
     "GiveUp",
     "Handler",
     "Interval",
-    "JOB_STATES",
     "Job",
-    "JobFailures",
-    "JobNotFound",
     "JobRecord",
-    "JobState",
-    "LeaseLost",
     "Lock",
-    "LockNotAcquired",
-    "MaintenanceConfig",
     "Message",
-    "MigrationError",
-    "MigrationSet",
     "NewJob",
-    "PLAN_EACH_TIME",
     "Periodic",
-    "PeriodicInfo",
     "PeriodicTask",
     "PgenoughError",
-    "QueuePoint",
-    "QueueStats",
-    "Reconnect",
-    "RescueResult",
     "RetryIn",
-    "RunningJob",
-    "Schedule",
-    "SchemaMissing",
-    "Service",
-    "Services",
     "Subscription",
     "SyncLock",
     "Task",
-    "TaskArgumentsError",
     "TaskContext",
     "TaskFailed",
-    "TaskService",
     "TaskTimeout",
     "ThreadHandler",
-    "Tick",
-    "VacuumResult",
     "Worker",
     "WorkerConfig",
-    "WorkerInfo",
     "WorkerStats",
     "advisory_lock",
     "advisory_xact_lock",
-    "bind_log_context",
     "cancel_job",
-    "clean",
     "complete",
-    "current_log_context",
     "database_url",
-    "discard_dead",
-    "discard_job",
-    "discard_jobs",
     "enqueue",
     "enqueue_many",
     "fail",
-    "first_line",
     "get_job",
-    "job_failures",
-    "job_failures_by_queue",
-    "jobs_by_payload",
-    "list_jobs",
-    "list_periodic",
-    "list_workers",
-    "load_app",
-    "lock_key",
-    "log_context",
     "migrate",
-    "named_queries",
     "open_pool",
-    "parse_job_state",
     "publish",
-    "queue_history",
-    "queue_stats",
-    "queue_trend",
-    "refresh_queue_metrics",
-    "requeue_stuck",
-    "rescue_expired",
-    "retry_dead",
-    "retry_job",
-    "retry_jobs",
-    "schema_version",
     "start_embedded",
     "subscribe",
-    "vacuum_jobs",
-    "with_network_timeout",
 ]

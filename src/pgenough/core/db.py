@@ -29,7 +29,9 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from pgenough.core import dburl, metrics
+from pgenough.core._sql import PLAN_EACH_TIME, named_queries
 from pgenough.core.errors import DatabaseError
+from pgenough.core.statements import AnyConnection, AsyncConn
 
 log = logging.getLogger(__name__)
 
@@ -390,3 +392,18 @@ def with_statement_timeout(url: str, seconds: float) -> str:
     options = f"{params.get('options') or ''} -c statement_timeout={max(1, round(seconds * 1000))}"
     params["options"] = options.strip()
     return make_conninfo("", **params)
+
+
+# The connection types and the named-statement loader (statements.py, _sql.py) are public
+# from here. Plainly sorted, as tests/test_public_api.py checks; ruff's isort-style order
+# would put the one constant first.
+__all__ = [  # noqa: RUF022
+    "AnyConnection",
+    "AsyncConn",
+    "PLAN_EACH_TIME",
+    "database_url",
+    "named_queries",
+    "open_pool",
+    "start_embedded",
+    "with_network_timeout",
+]

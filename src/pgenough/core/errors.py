@@ -132,3 +132,20 @@ def translate_db_errors(what: str) -> Iterator[None]:
         yield
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"{what}: {exc}".strip()) from exc
+
+
+__all__ = [
+    "DatabaseError",
+    "GiveUp",
+    "JobNotFound",
+    "JobOutcome",
+    "LeaseLost",
+    "LockNotAcquired",
+    "MigrationError",
+    "PgenoughError",
+    "RetryIn",
+    "SchemaMissing",
+    "TaskFailed",
+    "TaskTimeout",
+    "first_line",
+]

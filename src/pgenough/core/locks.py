@@ -229,3 +229,12 @@ def _timed_wait(query: Any, key: int, seconds: float) -> Steps[None]:
 
 def _release(key: int) -> Steps[bool]:
     return bool((yield Query(_Q["lock_release"], {"key": key})).rows[0][0])
+
+
+__all__ = [
+    "Lock",
+    "SyncLock",
+    "advisory_lock",
+    "advisory_xact_lock",
+    "lock_key",
+]

@@ -50,3 +50,10 @@ def context_with(**fields: object) -> contextvars.Context:
 def current_log_context() -> Mapping[str, object]:
     """The fields in effect here (empty outside any scope)."""
     return dict(_FIELDS.get() or {})
+
+
+__all__ = [
+    "bind_log_context",
+    "current_log_context",
+    "log_context",
+]

@@ -220,3 +220,15 @@ def register(periodic: Periodic, pool: AsyncConnectionPool, config: MaintenanceC
     if config.vacuum_interval is not None:
         periodic.every(config.vacuum_interval, "pgenough.vacuum", vacuum)
     periodic.every(config.sample_interval, "pgenough.sample", sample)
+
+
+__all__ = [
+    "CleanResult",
+    "MaintenanceConfig",
+    "RescueResult",
+    "VacuumResult",
+    "clean",
+    "requeue_stuck",
+    "rescue_expired",
+    "vacuum_jobs",
+]

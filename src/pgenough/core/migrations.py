@@ -137,3 +137,10 @@ def _migrate_track(source: MigrationSet) -> Steps[list[Migration]]:
         )
         applied.append(migration)
     return applied
+
+
+__all__ = [
+    "MigrationSet",
+    "migrate",
+    "schema_version",
+]

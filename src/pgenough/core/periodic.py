@@ -407,3 +407,12 @@ def _log_claim(
             at,
             late_s,
         )
+
+
+__all__ = [
+    "Claim",
+    "Periodic",
+    "PeriodicInfo",
+    "PeriodicTask",
+    "list_periodic",
+]

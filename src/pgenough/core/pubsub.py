@@ -250,3 +250,12 @@ def subscribe(
     return Subscription(
         url, channels, ping_interval=ping_interval, on_lost=on_lost, retry_connect=retry_connect
     )
+
+
+__all__ = [
+    "Gap",
+    "Message",
+    "Subscription",
+    "publish",
+    "subscribe",
+]

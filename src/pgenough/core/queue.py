@@ -749,3 +749,14 @@ def timestamp_array(values: Iterable[datetime]) -> str:
     """``values`` (aware) as a PostgreSQL array literal, for a ``%(...)s::timestamptz[]``
     parameter, as ``int_array`` does for ids."""
     return "{" + ",".join(f'"{value.isoformat()}"' for value in values) + "}"
+
+
+__all__ = [
+    "EnqueueOptions",
+    "Job",
+    "NewJob",
+    "complete",
+    "enqueue",
+    "enqueue_many",
+    "fail",
+]

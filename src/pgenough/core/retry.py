@@ -125,3 +125,9 @@ class Reconnect:
                 continue
             self.succeeded()
             return result
+
+
+__all__ = [
+    "Backoff",
+    "Reconnect",
+]

@@ -228,3 +228,11 @@ def from_spec(spec: str) -> Schedule:
 def is_late(tick: Tick, now: datetime, grace: float) -> bool:
     """Whether a claim at ``now`` comes more than ``grace`` seconds after ``tick``."""
     return _utc(now) - tick.at > timedelta(seconds=grace)
+
+
+__all__ = [
+    "Cron",
+    "Interval",
+    "Schedule",
+    "Tick",
+]

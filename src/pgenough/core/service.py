@@ -139,3 +139,10 @@ class Services:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+__all__ = [
+    "Service",
+    "Services",
+    "TaskService",
+]

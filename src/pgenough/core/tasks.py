@@ -877,3 +877,14 @@ def _json_problem(value: Any, depth: int = 0) -> str | None:
                 return problem
         return None
     return f"a {type(value).__name__} is not JSON (pass its id, or an ISO string, instead)"
+
+
+__all__ = [
+    "App",
+    "AppNotFound",
+    "BatchTask",
+    "Task",
+    "TaskArgumentsError",
+    "TaskContext",
+    "load_app",
+]

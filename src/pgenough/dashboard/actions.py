@@ -18,18 +18,17 @@ from typing import Final
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
-from pgenough.core import (
-    AsyncConn,
-    JobNotFound,
-    JobRecord,
+from pgenough.core import JobRecord, get_job
+from pgenough.core.admin import (
     discard_dead,
     discard_job,
     discard_jobs,
-    get_job,
     retry_dead,
     retry_job,
     retry_jobs,
 )
+from pgenough.core.db import AsyncConn
+from pgenough.core.errors import JobNotFound
 from pgenough.dashboard import params, sessions
 from pgenough.dashboard.auth import (
     FLASH_COOKIE,

@@ -29,7 +29,8 @@ from typing import Any, Final
 
 from fastapi import APIRouter
 
-from pgenough.core import AsyncConn, JobRecord
+from pgenough.core import JobRecord
+from pgenough.core.db import AsyncConn
 from pgenough.dashboard.errors import DashboardConfigError, DashboardRoute
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,39}")

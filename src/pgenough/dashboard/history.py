@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from pgenough.core import AsyncConn, QueuePoint, queue_trend
+from pgenough.core.admin import QueuePoint, queue_trend
+from pgenough.core.db import AsyncConn
 from pgenough.dashboard import params
 
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, Final
 
-from pgenough.core import (
+from pgenough.core.admin import (
     JOB_STATES,
-    AsyncConn,
     JobFailures,
     PeriodicInfo,
     QueuePoint,
@@ -26,10 +25,10 @@ from pgenough.core import (
     job_failures_by_queue,
     list_periodic,
     list_workers,
-    named_queries,
     queue_history,
     queue_stats,
 )
+from pgenough.core.db import AsyncConn, named_queries
 from pgenough.dashboard.extension import Section
 from pgenough.dashboard.history import History, read_history
 

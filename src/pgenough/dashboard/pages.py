@@ -20,9 +20,9 @@ from typing import Final
 
 from fastapi.responses import Response, StreamingResponse
 
-from pgenough.core import (
+from pgenough.core import get_job
+from pgenough.core.admin import (
     JOB_STATES,
-    get_job,
     list_jobs,
     list_periodic,
     list_workers,

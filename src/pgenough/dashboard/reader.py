@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import AsyncConn
+from pgenough.core.db import AsyncConn
 
 if TYPE_CHECKING:
     from pgenough.dashboard.config import DashboardConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from pgenough.core import MigrationSet
+from pgenough.core.migrations import MigrationSet
 
 MIGRATIONS: Final = MigrationSet("ui", "pgenough.dashboard")
 """The dashboard's schema track; pass it to ``pgenough.core.migrate``."""

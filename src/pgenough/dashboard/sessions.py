@@ -15,7 +15,7 @@ from typing import Any, Final
 import psycopg
 from fastapi import Request
 
-from pgenough.core import named_queries
+from pgenough.core.db import named_queries
 from pgenough.dashboard.auth import SESSION_COOKIE, Session
 from pgenough.dashboard.errors import DashboardError
 from pgenough.dashboard.state import DashboardState, connection

@@ -24,7 +24,10 @@ from typing import Final
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgenough.core import AsyncConn, SchemaMissing, Services, TaskService, open_pool
+from pgenough.core import open_pool
+from pgenough.core.db import AsyncConn
+from pgenough.core.errors import SchemaMissing
+from pgenough.core.service import Services, TaskService
 from pgenough.dashboard.auth import Auth
 from pgenough.dashboard.config import POOL_MAX_SIZE, DashboardConfig
 from pgenough.dashboard.errors import DashboardError

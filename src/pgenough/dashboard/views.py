@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from fastapi.responses import Response
 from fastapi.templating import Jinja2Templates
 
-from pgenough.core import AsyncConn
+from pgenough.core.db import AsyncConn
 from pgenough.dashboard import params, sessions
 from pgenough.dashboard.auth import FLASH_COOKIE, cookie_path, safe_next
 from pgenough.dashboard.config import DashboardConfig

@@ -11,7 +11,9 @@ from typing import Final
 
 from fastapi.responses import Response
 
-from pgenough.core import AsyncConn, JobRecord, list_jobs
+from pgenough.core import JobRecord
+from pgenough.core.admin import list_jobs
+from pgenough.core.db import AsyncConn
 from pgenough.dashboard import (
     Extension,
     Link,

@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import DatabaseError
+from pgenough.core.errors import DatabaseError
 from pgenough_plans.api import ApiConfigError, cursor, grant_api_role, prepare_database
 from pgenough_plans.api.cursor import Cursor
 from pgenough_plans.api.errors import InvalidRequest

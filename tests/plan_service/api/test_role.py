@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import DatabaseError
+from pgenough.core.errors import DatabaseError
 from pgenough_plans.api import grant_api_role, prepare_database
 from tests.plan_service.api.helpers import Plan, add_plans, api_settings, events, serving, state
 

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import Backoff, WorkerConfig, WorkerStats, lock_key
+from pgenough.core import Backoff, WorkerConfig, WorkerStats
+from pgenough.core.locks import lock_key
 from pgenough_plans.ingest.feed import PlanRecord
 from pgenough_plans.ingest.fetch import FetchConfig, RunResult, fetch_provider, provider_client
 from pgenough_plans.ingest.process import process_worker

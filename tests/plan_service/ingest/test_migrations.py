@@ -12,9 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgenough.core import MigrationSet, migrate, schema_version
+from pgenough.core import migrate
 from pgenough.core.db import create_database, drop_database, with_database
-from pgenough.core.migrations import available
+from pgenough.core.migrations import MigrationSet, available, schema_version
 from pgenough_plans.ingest.store import MIGRATIONS
 
 pytestmark = pytest.mark.db

@@ -47,7 +47,7 @@ from psycopg_pool import PoolTimeout
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from pgenough.core import first_line
+from pgenough.core.errors import first_line
 from pgenough_plans.api import metrics
 from pgenough_plans.api.deps import ApiState
 from pgenough_plans.api.errors import TooBusy, Unavailable

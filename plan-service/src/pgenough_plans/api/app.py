@@ -26,15 +26,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
 from pgenough import __version__
-from pgenough.core import (
-    DatabaseError,
-    MigrationError,
-    MigrationSet,
-    Services,
-    TaskService,
-    migrate,
-    open_pool,
-)
+from pgenough.core import migrate, open_pool
+from pgenough.core.errors import DatabaseError, MigrationError
+from pgenough.core.migrations import MigrationSet
+from pgenough.core.service import Services, TaskService
 from pgenough.dashboard import MIGRATIONS as DASHBOARD_MIGRATIONS
 from pgenough.dashboard import Dashboard, DashboardConfig
 from pgenough_plans.api import cursor, docs, errors, health, replica, routes

@@ -37,7 +37,8 @@ from typing import Any, Final, Generic, TypeVar
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from pgenough.core import Backoff, Gap, Reconnect, subscribe
+from pgenough.core import Backoff, Gap, subscribe
+from pgenough.core.retry import Reconnect
 from pgenough_plans.api import metrics
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pgenough.core import PgenoughError, log_context
+from pgenough.core import PgenoughError
+from pgenough.core.logcontext import log_context
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from psycopg_pool import PoolTimeout
 
-from pgenough.core import refresh_queue_metrics
+from pgenough.core.admin import refresh_queue_metrics
 from pgenough_plans.api.deps import ApiDep
 from pgenough_plans.api.errors import Unavailable
 from pgenough_plans.api.models import ErrorResponse, StatusResponse

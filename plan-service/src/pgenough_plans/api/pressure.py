@@ -19,7 +19,9 @@ from typing import Final
 
 import psycopg
 
-from pgenough.core import AsyncConn, Backoff, Reconnect, with_network_timeout
+from pgenough.core import Backoff
+from pgenough.core.db import AsyncConn, with_network_timeout
+from pgenough.core.retry import Reconnect
 from pgenough_plans.api.bulkhead import Bulkhead
 from pgenough_plans.api.config import ApiConfig
 from pgenough_plans.ingest import pacing

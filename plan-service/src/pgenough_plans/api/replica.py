@@ -62,7 +62,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgenough.core import first_line, named_queries, open_pool
+from pgenough.core import open_pool
+from pgenough.core.db import named_queries
+from pgenough.core.errors import first_line
 from pgenough_plans.api import metrics
 
 log = logging.getLogger(__name__)

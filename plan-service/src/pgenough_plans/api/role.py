@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgenough.core import DatabaseError
+from pgenough.core.errors import DatabaseError
 
 _ROLE = """
 SELECT r.rolsuper OR r.rolcreatedb OR r.rolcreaterole OR r.rolreplication OR r.rolbypassrls,

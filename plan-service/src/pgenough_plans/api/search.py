@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import psycopg
 
-from pgenough.core import named_queries
+from pgenough.core.db import named_queries
 from pgenough_plans.api import cursor
 from pgenough_plans.api.cursor import Cursor
 from pgenough_plans.api.errors import InvalidRequest

@@ -10,7 +10,7 @@ from typing import TypeVar
 import typer
 
 from pgenough import cli as toolkit
-from pgenough.core import AsyncConn
+from pgenough.core.db import AsyncConn
 from pgenough_plans import __version__
 from pgenough_plans.settings import PlanSettings
 

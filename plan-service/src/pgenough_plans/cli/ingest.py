@@ -31,7 +31,9 @@ from pgenough.cli import (
     setup_logging,
     show,
 )
-from pgenough.core import AsyncConn, Worker, WorkerStats, list_jobs, queue_stats
+from pgenough.core import Worker, WorkerStats
+from pgenough.core.admin import list_jobs, queue_stats
+from pgenough.core.db import AsyncConn
 from pgenough.settings import MAX_CONCURRENCY
 from pgenough_plans import render
 from pgenough_plans.cli.base import plan_settings, read

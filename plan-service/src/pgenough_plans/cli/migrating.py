@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from pgenough.cli import fail, out, run, setup_logging
-from pgenough.core import migrate, open_pool, schema_version
+from pgenough.core import migrate, open_pool
+from pgenough.core.migrations import schema_version
 from pgenough_plans.cli.base import plan_settings
 
 

@@ -38,16 +38,9 @@ import httpx
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    DatabaseError,
-    LockNotAcquired,
-    NewJob,
-    Periodic,
-    advisory_lock,
-    bind_log_context,
-    first_line,
-    log_context,
-)
+from pgenough.core import NewJob, Periodic, advisory_lock
+from pgenough.core.errors import DatabaseError, LockNotAcquired, first_line
+from pgenough.core.logcontext import bind_log_context, log_context
 from pgenough_plans.ingest import metrics, runs, store
 from pgenough_plans.ingest.defaults import DEFAULT_DEADLINE
 from pgenough_plans.ingest.errors import FeedError, ProviderError, RunLost

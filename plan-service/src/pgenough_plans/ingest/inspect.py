@@ -19,16 +19,9 @@ from datetime import datetime
 
 from psycopg.rows import dict_row
 
-from pgenough.core import (
-    AsyncConn,
-    JobRecord,
-    QueueStats,
-    job_failures,
-    jobs_by_payload,
-    list_jobs,
-    named_queries,
-    queue_stats,
-)
+from pgenough.core import JobRecord
+from pgenough.core.admin import QueueStats, job_failures, jobs_by_payload, list_jobs, queue_stats
+from pgenough.core.db import AsyncConn, named_queries
 from pgenough_plans.ingest.process import CHUNK_KIND, PLANS_QUEUE
 from pgenough_plans.ingest.runs import (
     ProviderSummary,

@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Final
 
-from pgenough.core import AsyncConn, named_queries
+from pgenough.core.db import AsyncConn, named_queries
 from pgenough_plans.ingest.defaults import DEFAULT_PACING_MAX_PAUSE
 
 _Q = named_queries("pgenough_plans.ingest", "pacing")

@@ -14,16 +14,10 @@ import logging
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import (
-    App,
-    AsyncConn,
-    TaskContext,
-    Worker,
-    WorkerConfig,
-    bind_log_context,
-    complete,
-)
+from pgenough.core import App, TaskContext, Worker, WorkerConfig, complete
 from pgenough.core import publish as publish_message
+from pgenough.core.db import AsyncConn
+from pgenough.core.logcontext import bind_log_context
 from pgenough_plans.ingest import metrics, runs, store
 from pgenough_plans.ingest.defaults import VACUUM_INTERVAL
 from pgenough_plans.ingest.events import run_changed

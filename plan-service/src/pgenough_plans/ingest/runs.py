@@ -29,7 +29,7 @@ from typing import Any, Final
 from psycopg import sql
 from psycopg.rows import class_row
 
-from pgenough.core import PLAN_EACH_TIME, AsyncConn, named_queries
+from pgenough.core.db import PLAN_EACH_TIME, AsyncConn, named_queries
 
 _Q = named_queries("pgenough_plans.ingest", "runs")
 

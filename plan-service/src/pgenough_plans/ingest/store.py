@@ -25,7 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgenough.core import PLAN_EACH_TIME, AsyncConn, MigrationSet, named_queries
+from pgenough.core.db import PLAN_EACH_TIME, AsyncConn, named_queries
+from pgenough.core.migrations import MigrationSet
 from pgenough_plans.ingest.defaults import DEFAULT_VACUUM_DEAD_SHARE, VACUUM_MIN_DEAD_ROWS
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from django.utils.html import format_html, format_html_join
 
 from pgenough.contrib.django.conf import get_settings
 from pgenough.contrib.django.models import DeadJob, Job
-from pgenough.core import AttemptError, JobNotFound, discard_job, retry_job
+from pgenough.core.admin import AttemptError, discard_job, retry_job
+from pgenough.core.errors import JobNotFound
 from pgenough.core.orm import django_connection
 
 

@@ -41,19 +41,12 @@ import psycopg
 from pgenough.contrib.django import results
 from pgenough.contrib.django import tasks_framework as fw
 from pgenough.contrib.django.registry import app
-from pgenough.core import (
-    GiveUp,
-    Job,
-    RetryIn,
-    TaskArgumentsError,
-    TaskFailed,
-    complete,
-    fail,
-)
+from pgenough.core import GiveUp, Job, RetryIn, TaskFailed, complete, fail
 from pgenough.core import TaskContext as JobContext
 from pgenough.core.orm import django_connection
 from pgenough.core.queue import enqueue_job
 from pgenough.core.statements import run
+from pgenough.core.tasks import TaskArgumentsError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from pgenough.core import JOB_STATES, JobState
+from pgenough.core.admin import JOB_STATES, JobState
 
 
 class Job(models.Model):

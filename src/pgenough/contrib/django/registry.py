@@ -12,7 +12,8 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import AnyConnection, App, Job, Task, ThreadHandler
+from pgenough.core import App, Job, Task, ThreadHandler
+from pgenough.core.db import AnyConnection
 from pgenough.core.worker import AnyHandler
 
 

@@ -4,6 +4,6 @@
 from collections.abc import Sequence
 
 from pgenough.contrib.django.results import TRACK as TASK_RESULTS
-from pgenough.core import MigrationSet
+from pgenough.core.migrations import MigrationSet
 
 MIGRATIONS: Sequence[MigrationSet] = (TASK_RESULTS,)

@@ -17,8 +17,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from pgenough.contrib.django import db, schema
 from pgenough.contrib.django.registry import app
-from pgenough.core import PgenoughError, schema_version
-from pgenough.core.migrations import CORE, available
+from pgenough.core import PgenoughError
+from pgenough.core.migrations import CORE, available, schema_version
 from pgenough.core.worker import WorkerConfig, WorkerStats
 
 

@@ -107,7 +107,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- before, which stay in the claim index as dead entries for as long as an open snapshot
 -- (a held xmin horizon) keeps vacuum and index hinting from removing them. A job behind
 -- the position is found by the full ``claim`` the worker runs regularly and when this one
--- comes back short (see executor.py).
+-- comes back short (see worker/_executor.py).
 WITH done AS (
     DELETE FROM pgenough.jobs j
     USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],

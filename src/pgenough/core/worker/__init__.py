@@ -31,7 +31,11 @@ from pgenough.core.worker.config import (
 from pgenough.core.worker.handlers import AnyHandler, BatchFn, BatchHandler, Handler, ThreadHandler
 from pgenough.core.worker.outcomes import INTERRUPTED, JOBS_LOGGER, WorkerStats
 
-__all__ = [
+# Plainly sorted, as tests/test_public_api.py checks.
+__all__ = [  # noqa: RUF022
+    "AnyHandler",
+    "BatchFn",
+    "BatchHandler",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_LEASE",
@@ -39,14 +43,11 @@ __all__ = [
     "DEFAULT_SHUTDOWN_TIMEOUT",
     "DEFAULT_STATS_INTERVAL",
     "DEFAULT_UNHANDLED_GRACE",
+    "Handler",
     "INTERRUPTED",
     "JOBS_LOGGER",
     "MAX_BATCH_SIZE",
     "MAX_CONCURRENCY",
-    "AnyHandler",
-    "BatchFn",
-    "BatchHandler",
-    "Handler",
     "ThreadHandler",
     "Worker",
     "WorkerConfig",

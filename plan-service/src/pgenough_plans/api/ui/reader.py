@@ -21,7 +21,7 @@ from typing import Final
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgenough.core import AsyncConn
+from pgenough.core.db import AsyncConn
 from pgenough.dashboard import DashboardConfig, Read, Reader, ReaderFactory, Written
 from pgenough_plans.api import replica
 from pgenough_plans.api.replica import Replicas, current_lsn, read_connection

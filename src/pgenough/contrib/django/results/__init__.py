@@ -21,7 +21,8 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb, JsonbLoader
 
-from pgenough.core import MigrationSet, named_queries
+from pgenough.core.db import named_queries
+from pgenough.core.migrations import MigrationSet
 
 TRACK = MigrationSet("django_tasks", __name__)
 """The results table's migration track."""

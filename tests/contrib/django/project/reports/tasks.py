@@ -10,7 +10,8 @@ except ImportError:  # Django 5.2: the backport
 
 from django.db import connection
 
-from pgenough.core import RetryIn, discard_job
+from pgenough.core import RetryIn
+from pgenough.core.admin import discard_job
 from pgenough.core.orm import django_connection
 from reports.models import Report
 
