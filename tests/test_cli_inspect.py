@@ -88,6 +88,28 @@ async def test_discard_and_requeue_stuck(db: AsyncConnectionPool, database_url: 
     assert revived.exit_code == 0 and ": ready" in revived.stdout
 
 
+async def test_pause_and_resume_a_queue(db: AsyncConnectionPool, database_url: str) -> None:
+    async with db.connection() as conn:
+        await enqueue(conn, "send", {}, queue="mail")
+    paused = await cli_json(database_url, "pause", "mail", "--reason", "provider down")
+    assert paused == {"queue": "mail", "paused": True}
+    again = await cli(database_url, "pause", "mail")
+    assert (again.exit_code, again.stdout.strip()) == (0, "queue mail was already paused")
+    (mail,) = [
+        q for q in (await cli_json(database_url, "status"))["queues"] if q["queue"] == "mail"
+    ]
+    assert mail["paused"] is True and mail["ready"] == 1
+    status = await cli(database_url, "status")
+    assert re.search(r"mail paused\s", status.stdout), status.stdout
+    assert await cli_json(database_url, "resume", "mail") == {"queue": "mail", "resumed": True}
+    again = await cli(database_url, "resume", "mail")
+    assert (again.exit_code, again.stdout.strip()) == (0, "queue mail was not paused")
+    (mail,) = [
+        q for q in (await cli_json(database_url, "status"))["queues"] if q["queue"] == "mail"
+    ]
+    assert mail["paused"] is False
+
+
 async def test_jobs_and_job_show_every_state_as_the_database_has_it(
     db: AsyncConnectionPool, database_url: str
 ) -> None:
@@ -172,6 +194,7 @@ async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, databas
         (["retry"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--all-dead"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--queue", "plans"], "error: --queue goes with --all-dead"),
+        (["pause", " "], "error: give a queue name"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -186,7 +209,7 @@ def test_a_database_without_the_schema_is_told_to_migrate(server_url: str) -> No
     create_database(server_url, name)
     url = with_database(server_url, name)
     try:
-        for args in (["status"], ["jobs"], ["job", "1"], ["retry", "--all-dead"]):
+        for args in (["status"], ["jobs"], ["job", "1"], ["retry", "--all-dead"], ["pause", "q"]):
             result = invoke(url, *args)
             assert result.exit_code == 1
             assert one_error_line(result) == "error: the schema is missing: run `pgenough migrate`"
@@ -253,6 +276,7 @@ def test_a_core_only_database_is_all_pgenough_needs(
             "workers",
             "job_counts",
             "queue_samples",
+            "queue_pauses",
             "ui_revoked_sessions",
         }
         status = pgenough("status", env=env)

@@ -56,6 +56,7 @@ RUNNABLE = [
         "tasks.md",
         "enqueueing.md",
         "failures.md",
+        "flow-control.md",
         "periodic.md",
         "pubsub.md",
         "locks.md",

@@ -281,7 +281,7 @@ def queues_table(
     for q in queues:
         extra = [count(done.get(q.queue, 0))] if columns else []
         table.add_row(
-            q.queue,
+            Text.assemble(q.queue, (" paused", "bold yellow")) if q.paused else q.queue,
             count(q.ready),
             count(q.scheduled),
             count(q.running),

@@ -1,13 +1,17 @@
 """Who may see the dashboard and change things through it: read-only refusal, the token
 (Bearer or login cookie), CSRF, and retry/discard changing real jobs, one at a time or in
-bulk (the jobs checked, or every dead job a filter matches)."""
+bulk (the jobs checked, or every dead job a filter matches), and pausing and resuming a
+queue."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue, get_job
+from pgenough.core.admin import paused_queues
 from tests.dashboard import scenes
 from tests.dashboard.helpers import (
     IN_PROCESS_HOST,
@@ -52,11 +56,17 @@ async def test_read_only_hides_buttons_and_refuses_posts(db: AsyncConnectionPool
     assert 'name="ids"' not in page and "Retry checked" not in page and "/jobs/retry" not in page
     paths = [f"/ui/jobs/{dead[0]}/retry", f"/ui/jobs/{dead[0]}/discard"]
     paths += [f"/ui/jobs/{action}" for action in ACTIONS]
+    paths += ["/ui/queues/pause", "/ui/queues/resume"]
     for path in paths:
-        response = await client.post(path, data={"csrf": "x", "ids": str(dead[0])})
+        data = {"csrf": "x", "ids": str(dead[0]), "queue": "billing"}
+        response = await client.post(path, data=data)
         assert response.status_code == 403, path
         assert "PGENOUGH_UI_ACTIONS" in response.text
     assert await states(db, dead) == ["dead"] * 4
+    queue_page = (await client.get("/ui/jobs?queue=billing")).text
+    assert 'id="queue-pause"' in queue_page and "/queues/pause" not in queue_page
+    async with db.connection() as conn:
+        assert await paused_queues(conn) == []
 
 
 async def test_retry_and_discard_change_jobs_and_flash(
@@ -177,6 +187,43 @@ async def test_every_dead_job_matching_the_filter_is_retried_or_discarded(
     assert "2 dead jobs discarded" in (await client.get(filtered)).text
 
 
+async def test_a_queue_is_paused_and_resumed_from_its_jobs_page(
+    db: AsyncConnectionPool, ui_actions: Pair
+) -> None:
+    _, client = ui_actions
+    await noop_job(db)
+    page = html(await client.get("/ui/jobs?queue=ops"))
+    assert 'id="pause-queue"' in page and 'data-paused=""' in page
+    csrf = csrf_of(page)
+    form = {"csrf": csrf, "next": "/ui/jobs?queue=ops", "queue": "ops", "reason": "  deploy  "}
+    response = await client.post("/ui/queues/pause", data=form)
+    assert response.status_code == 303 and response.headers["location"] == "/ui/jobs?queue=ops"
+    async with db.connection() as conn:
+        assert [(p.queue, p.reason) for p in await paused_queues(conn)] == [("ops", "deploy")]
+    page = html(await client.get("/ui/jobs?queue=ops"))
+    assert "queue ops paused" in page  # the flash
+    assert 'data-paused="1"' in page and 'id="resume-queue"' in page and "(deploy)" in page
+    overview = html(await client.get("/ui/"))
+    assert re.search(r'data-queue="ops".*?st-paused', overview, re.S), overview
+    await client.post("/ui/queues/pause", data=form)
+    assert "queue ops was already paused" in html(await client.get("/ui/jobs?queue=ops"))
+
+    response = await client.post("/ui/queues/resume", data={"csrf": csrf, "queue": "ops"})
+    assert response.status_code == 303
+    async with db.connection() as conn:
+        assert await paused_queues(conn) == []
+    assert "queue ops resumed" in html(await client.get("/ui/"))
+    await client.post("/ui/queues/resume", data={"csrf": csrf, "queue": "ops"})
+    assert "queue ops was not paused" in html(await client.get("/ui/"))
+    # No queue named, or a reason too long: nothing paused, said so.
+    await client.post("/ui/queues/pause", data={"csrf": csrf, "queue": " "})
+    assert "no queue given: nothing done" in html(await client.get("/ui/"))
+    long = {"csrf": csrf, "queue": "ops", "reason": "x" * 201}
+    assert (await client.post("/ui/queues/pause", data=long)).status_code == 400
+    async with db.connection() as conn:
+        assert await paused_queues(conn) == []
+
+
 async def test_posts_need_a_valid_csrf_token_from_this_site(
     db: AsyncConnectionPool, ui_actions: Pair
 ) -> None:
@@ -187,6 +234,7 @@ async def test_posts_need_a_valid_csrf_token_from_this_site(
         (f"/ui/jobs/{job}/discard", {}),
         ("/ui/jobs/discard", {"ids": str(job)}),
         ("/ui/jobs/discard-dead", {}),
+        ("/ui/queues/pause", {"queue": "ops"}),
     ):
         assert (await client.post(path, data=data)).status_code == 403
         assert (await client.post(path, data={**data, "csrf": "f" * 64})).status_code == 403

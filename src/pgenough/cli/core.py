@@ -1,6 +1,7 @@
-"""pgenough's commands: ``migrate``, ``worker run``, ``status``, and inspecting and repairing
-jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``). They need
-only the core (the library with no extra)."""
+"""pgenough's commands: ``migrate``, ``worker run``, ``status``, inspecting and repairing
+jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``), and pausing
+and resuming a queue (``pause``, ``resume``). They need only the core (the library with no
+extra)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ from pgenough.core.admin import (
     list_periodic,
     list_workers,
     parse_job_state,
+    pause_queue,
     queue_history,
     queue_stats,
+    resume_queue,
 )
 from pgenough.core.migrations import schema_version
 from pgenough.core.statements import AsyncConn
@@ -342,3 +345,29 @@ def requeue_stuck_cmd(as_json: JsonOption = False) -> None:
             f"requeued {result.retried} stuck job(s); {result.dead} dead-lettered (attempts spent)"
         ),
     )
+
+
+QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue's name.")]
+
+
+def pause_cmd(
+    queue: QueueArgument,
+    reason: Annotated[
+        str | None, typer.Option(help="Why, shown with the pause (status, dashboard).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Pause a queue on every worker: none claims its jobs until it is resumed (running
+    jobs run on; enqueueing goes on)."""
+    if not queue.strip():
+        fail("give a queue name", code=2)
+    paused = inspect("pause", lambda conn: pause_queue(conn, queue, reason=reason))
+    what = f"paused queue {queue}" if paused else f"queue {queue} was already paused"
+    show({"queue": queue, "paused": paused}, as_json, lambda: render.message(what))
+
+
+def resume_cmd(queue: QueueArgument, as_json: JsonOption = False) -> None:
+    """Resume a paused queue: its idle workers claim at once."""
+    resumed = inspect("resume", lambda conn: resume_queue(conn, queue))
+    what = f"resumed queue {queue}" if resumed else f"queue {queue} was not paused"
+    show({"queue": queue, "resumed": resumed}, as_json, lambda: render.message(what))

@@ -1,16 +1,17 @@
 """What an operator or a dashboard uses to look at the queue and act on it: a job and its
 failed attempts, jobs and counts by state, the queue's history, the live workers and the
-periodic tasks; retry, discard and cancel.
+periodic tasks; retry, discard and cancel; pause and resume a queue.
 
 ``pgenough status``, ``pgenough jobs``, ``pgenough job`` and the dashboard are built on these.
 Each read and action takes the caller's connection, sync or async, first (``await
 list_jobs(conn, state="dead")``), so an action joins the caller's transaction. The code lives
 beside what it reads (``queue.py``, ``history.py``, ``registry.py``, ``periodic.py``,
-``job_states.py``); this module gathers its public names.
+``job_states.py``, ``pauses.py``); this module gathers its public names.
 """
 
 from pgenough.core.history import QueuePoint, queue_history, queue_trend
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
+from pgenough.core.pauses import QueuePause, pause_queue, paused_queues, resume_queue
 from pgenough.core.periodic import PeriodicInfo, list_periodic
 from pgenough.core.queue import (
     AttemptError,
@@ -43,6 +44,7 @@ __all__ = [  # noqa: RUF022
     "JobRecord",
     "JobState",
     "PeriodicInfo",
+    "QueuePause",
     "QueuePoint",
     "QueueStats",
     "RunningJob",
@@ -59,10 +61,13 @@ __all__ = [  # noqa: RUF022
     "list_periodic",
     "list_workers",
     "parse_job_state",
+    "pause_queue",
+    "paused_queues",
     "queue_history",
     "queue_stats",
     "queue_trend",
     "refresh_queue_metrics",
+    "resume_queue",
     "retry_dead",
     "retry_job",
     "retry_jobs",

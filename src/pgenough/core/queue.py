@@ -200,6 +200,8 @@ class QueueStats:
     cancelled: int
     oldest_ready_age: float
     """Seconds the oldest runnable job has been waiting; 0 when none is."""
+    paused: bool = False
+    """No worker claims its jobs until it is resumed (``pauses.py``)."""
 
     def by_state(self) -> dict[JobState, int]:
         """The counts per job state (the scheduled among the ready, as ``list_jobs``

@@ -1,6 +1,7 @@
 """The dashboard's actions: retry or discard one job; retry or discard the jobs checked in a
 list (``/jobs/retry``, ``/jobs/discard``), or every dead job a filter matches
-(``/jobs/retry-dead``, ``/jobs/discard-dead``).
+(``/jobs/retry-dead``, ``/jobs/discard-dead``); pause or resume a queue (``/queues/pause``,
+``/queues/resume``).
 
 Each changes state only through the core's repairs, one statement or one transaction, on the
 dashboard's pool, then redirects (303) back with a flash message; each first checks the
@@ -23,6 +24,8 @@ from pgenough.core.admin import (
     discard_dead,
     discard_job,
     discard_jobs,
+    pause_queue,
+    resume_queue,
     retry_dead,
     retry_job,
     retry_jobs,
@@ -210,3 +213,34 @@ async def retry_all_dead(request: Request, ui: UiDep) -> Response:
 @router.post("/jobs/discard-dead")
 async def discard_all_dead(request: Request, ui: UiDep) -> Response:
     return await _on_dead(request, ui, discard_dead, "discarded")
+
+
+MAX_REASON: Final = 200
+"""Characters of a pause's reason (the form's field says as much)."""
+
+
+async def _on_queue(request: Request, ui: DashboardState, pause: bool) -> Response:
+    form = await action(request, ui)
+    queue = params.text("queue", form.get("queue", ""), params.FORM)
+    if not queue:
+        return done(request, ui, form, Flash("error", "no queue given: nothing done"))
+    async with connection(ui) as conn:
+        if pause:
+            reason = params.text("reason", form.get("reason", ""), params.FORM, MAX_REASON)
+            changed = await pause_queue(conn, queue, reason=reason or None)
+            said = f"queue {queue} paused" if changed else f"queue {queue} was already paused"
+        else:
+            changed = await resume_queue(conn, queue)
+            said = f"queue {queue} resumed" if changed else f"queue {queue} was not paused"
+        wrote = await ui.reader.written(conn)
+    return done(request, ui, form, Flash("ok", said), wrote)
+
+
+@router.post("/queues/pause")
+async def pause(request: Request, ui: UiDep) -> Response:
+    return await _on_queue(request, ui, pause=True)
+
+
+@router.post("/queues/resume")
+async def resume(request: Request, ui: UiDep) -> Response:
+    return await _on_queue(request, ui, pause=False)

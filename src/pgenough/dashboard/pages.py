@@ -27,6 +27,7 @@ from pgenough.core.admin import (
     list_periodic,
     list_workers,
     parse_job_state,
+    paused_queues,
     queue_stats,
 )
 from pgenough.core.failures import ERRORS_KEPT, TRACEBACKS_KEPT
@@ -185,6 +186,7 @@ async def jobs(
             before=before_id,
         )
         counts = await queue_stats(conn)
+        pauses = {p.queue: p for p in await paused_queues(conn)} if filters["queue"] else {}
     shown = found[:limit]
     older = shown[-1].id if len(found) > limit else None
     return view.render(
@@ -197,6 +199,7 @@ async def jobs(
             "states": JOB_STATES,
             "totals": state_totals(counts, filters["queue"] or None),
             "queues": [c.queue for c in counts],
+            "pauses": pauses,
             # Relative times are read against this host's clock, as the CLI's are; the
             # instants beside them are the database's own.
             "now": datetime.now(UTC),

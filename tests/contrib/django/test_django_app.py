@@ -83,7 +83,7 @@ def test_the_projects_own_tests_pass(django_project: DjangoProject) -> None:
     commit, the async view, the admin's pages and its permissions."""
     done = django_project.manage("test", "shop", "--noinput", "-v", "2")
     assert done.returncode == 0, done.stderr
-    assert "Ran 11 tests" in done.stderr
+    assert "Ran 12 tests" in done.stderr
     assert "OK" in done.stderr
 
 

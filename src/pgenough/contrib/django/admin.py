@@ -1,9 +1,12 @@
-"""The admin's view of the queue: jobs (by state, queue, kind) and the dead letters, read
-only, with two actions, "retry" and "discard", each guarded by its own permission
-(``pgenough.retry_job``, ``pgenough.discard_job``: give them to the operators' group).
+"""The admin's view of the queue: jobs (by state, queue, kind), the dead letters and the
+paused queues, read only, with actions each guarded by its own permission: "retry" and
+"discard" (``pgenough.retry_job``, ``pgenough.discard_job``), "pause their queues" on the jobs
+and "resume" on the paused queues (``pgenough.pause_queue``): give them to the operators'
+group.
 
-The actions call the core (``retry_job``, ``discard_job``) on Django's connection, so they
-do what ``pgenough retry`` and ``pgenough discard`` do, in the admin's transaction.
+The actions call the core (``retry_job``, ``discard_job``, ``pause_queue``,
+``resume_queue``) on Django's connection, so they do what ``pgenough retry``, ``discard``,
+``pause`` and ``resume`` do, in the admin's transaction.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from pgenough.contrib.django.conf import get_settings
-from pgenough.contrib.django.models import DeadJob, Job
-from pgenough.core.admin import AttemptError, discard_job, retry_job
+from pgenough.contrib.django.models import DeadJob, Job, QueuePause
+from pgenough.core.admin import (
+    AttemptError,
+    discard_job,
+    pause_queue,
+    resume_queue,
+    retry_job,
+)
 from pgenough.core.errors import JobNotFound
 from pgenough.core.orm import django_connection
 
@@ -71,7 +80,7 @@ class JobAdmin(admin.ModelAdmin):
     exclude = ("errors",)
     readonly_fields = ("failed_attempts",)
     ordering = ("-id",)
-    actions = ("retry", "discard")
+    actions = ("retry", "discard", "pause_queues")
     list_per_page = 50
     show_full_result_count = False  # a count(*) of a long queue on every page is not free
 
@@ -92,6 +101,9 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("pgenough.discard_job"))
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("pgenough.pause_queue"))
 
     @admin.display(description="failed attempts")
     def failed_attempts(self, obj: Job) -> str:
@@ -130,7 +142,52 @@ class JobAdmin(admin.ModelAdmin):
     def discard(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         _apply(self, request, queryset, discard_job, "discarded")
 
+    @admin.action(
+        permissions=["pause"],
+        description="Pause the queues of the selected jobs (no worker claims their jobs)",
+    )
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        alias = get_settings().database
+        queues = sorted(set(queryset.values_list("queue", flat=True)))
+        reason = f"paused from the admin by {request.user.get_username()}"
+        with transaction.atomic(using=alias):
+            paused = [q for q in queues if pause_queue(django_connection(alias), q, reason=reason)]
+        if paused:
+            self.message_user(request, f"paused queue(s) {', '.join(paused)}", messages.SUCCESS)
+        if already := [q for q in queues if q not in paused]:
+            self.message_user(request, f"already paused: {', '.join(already)}", messages.INFO)
+
 
 @admin.register(DeadJob)
 class DeadJobAdmin(JobAdmin):
     list_filter = ("queue",)
+
+
+@admin.register(QueuePause)
+class QueuePauseAdmin(admin.ModelAdmin):
+    list_display = ("queue", "paused_at", "reason")
+    actions = ("resume",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueuePause]:
+        return super().get_queryset(request).using(get_settings().database)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("pgenough.pause_queue"))
+
+    @admin.action(permissions=["pause"], description="Resume the selected queues")
+    def resume(self, request: HttpRequest, queryset: QuerySet[QueuePause]) -> None:
+        alias = get_settings().database
+        queues = list(queryset.values_list("queue", flat=True))
+        with transaction.atomic(using=alias):
+            resumed = [q for q in queues if resume_queue(django_connection(alias), q)]
+        if resumed:
+            self.message_user(request, f"resumed queue(s) {', '.join(resumed)}", messages.SUCCESS)

@@ -3,7 +3,8 @@
 ``pgenough.jobs`` belongs to pgenough's schema (its migrations, applied by this app's
 ``0001_initial``), so the models are unmanaged: Django never creates, alters or flushes it.
 A completed job's row is deleted, so these show what is still queued, running, dead or
-cancelled. The two custom permissions guard the admin's actions.
+cancelled. ``QueuePause`` shows the paused queues (``pgenough.queue_pauses``). The custom
+permissions guard the admin's actions.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Job(models.Model):
         permissions = (
             ("retry_job", "Can retry a job (run it again now)"),
             ("discard_job", "Can discard a job (cancel it)"),
+            ("pause_queue", "Can pause and resume a queue"),
         )
 
     def __str__(self) -> str:
@@ -60,3 +62,21 @@ class DeadJob(Job):
         proxy = True
         verbose_name = "dead letter"
         default_permissions = ("view",)
+
+
+class QueuePause(models.Model):
+    """A paused queue: no worker claims its jobs until it is resumed."""
+
+    queue = models.TextField(primary_key=True)
+    paused_at = models.DateTimeField()
+    reason = models.TextField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = 'pgenough"."queue_pauses'
+        ordering = ("queue",)
+        verbose_name = "paused queue"
+        default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return str(self.queue)

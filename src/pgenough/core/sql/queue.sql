@@ -57,9 +57,10 @@ RETURNING queue
 TRUNCATE pgenough_enqueue_staging
 
 -- name: plan_each_claim
--- The claim loop's connection, while the loop holds it (see executor._Executor._hold): its prepared
--- claims are planned at every execution, with their values and the table's current size,
--- and never with a Sort, so the claim index's order is the only way to the first jobs.
+-- The claim loop's connection, while the loop holds it (see worker._executor.Executor._hold):
+-- its prepared claims are planned at every execution, with their values and the table's
+-- current size, and never with a Sort, so the claim index's order is the only way to the
+-- first jobs.
 SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
        set_config('enable_sort', 'off', false)
 
@@ -86,6 +87,8 @@ WITH done AS (
 ), picked AS (
     SELECT id FROM pgenough.jobs
     WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
+      -- A paused queue (pauses.py): a one-time probe of its primary key per claim.
+      AND NOT EXISTS (SELECT FROM pgenough.queue_pauses p WHERE p.queue = %(queue)s)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -117,6 +120,8 @@ WITH done AS (
 ), picked AS (
     SELECT id FROM pgenough.jobs
     WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
+      -- A paused queue (pauses.py): a one-time probe of its primary key per claim.
+      AND NOT EXISTS (SELECT FROM pgenough.queue_pauses p WHERE p.queue = %(queue)s)
       AND priority = %(priority)s
       AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
     ORDER BY priority DESC, run_at, id
@@ -333,18 +338,32 @@ FROM pgenough.jobs
 WHERE id = %(id)s
 
 -- name: stats
--- Per queue: jobs by state and the age of the oldest job that is ready to run.
-SELECT queue,
-       count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
-       count(*) FILTER (WHERE state = 'ready' AND run_at > now()) AS scheduled,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       count(*) FILTER (WHERE state = 'dead') AS dead,
-       count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
-       coalesce(extract(epoch FROM now() - min(run_at)
-                FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8 AS oldest_ready_age
-FROM pgenough.jobs
-GROUP BY queue
-ORDER BY queue
+-- Per queue: jobs by state, the age of the oldest job that is ready to run, and whether it is
+-- paused (a paused queue with no jobs has its row too, so that it can be seen and resumed).
+WITH counts AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE state = 'ready' AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+           coalesce(extract(epoch FROM now() - min(run_at)
+                    FILTER (WHERE state = 'ready' AND run_at <= now())), 0)::float8
+               AS oldest_ready_age
+    FROM pgenough.jobs
+    GROUP BY queue
+)
+SELECT coalesce(c.queue, p.queue) AS queue,
+       coalesce(c.ready, 0) AS ready,
+       coalesce(c.scheduled, 0) AS scheduled,
+       coalesce(c.running, 0) AS running,
+       coalesce(c.dead, 0) AS dead,
+       coalesce(c.cancelled, 0) AS cancelled,
+       coalesce(c.oldest_ready_age, 0) AS oldest_ready_age,
+       p.queue IS NOT NULL AS paused
+FROM counts c
+FULL JOIN pgenough.queue_pauses p ON p.queue = c.queue
+ORDER BY 1
 
 -- name: list_jobs
 -- Operator: jobs of a state (or all), optionally only those whose last attempt failed

@@ -184,7 +184,8 @@
     var done = el("a", { href: base + "/?" + query(trend) + "#history", "class": "trend",
       title: (q.queue || "all queues") + " over time" }, [count(q.done)]);
     var row = el("tr", { "data-queue": q.queue }, [
-      el("td", {}, [name]),
+      el("td", {}, q.paused ? [name, el("span", { "class": "pill st-paused",
+        title: "no worker claims its jobs until it is resumed" }, ["paused"])] : [name]),
       td(count(q.ready), "num"),
       td(count(q.scheduled), "num"),
       td(count(q.running), "num"),

@@ -10,7 +10,7 @@ from django.db import DataError, connection, transaction
 from django.test import TestCase, TransactionTestCase
 
 from pgenough.contrib.django import app
-from pgenough.contrib.django.models import DeadJob, Job
+from pgenough.contrib.django.models import DeadJob, Job, QueuePause
 from pgenough.core.orm import django_connection
 from pgenough.core.testing import run_jobs
 from shop.models import Order
@@ -122,7 +122,12 @@ class AdminTests(TestCase):
         cls.viewer.user_permissions.set(viewing)
         cls.operator = User.objects.create_user("operator", is_staff=True)
         cls.operator.user_permissions.set(
-            [*viewing, *Permission.objects.filter(codename__in=["retry_job", "discard_job"])]
+            [
+                *viewing,
+                *Permission.objects.filter(
+                    codename__in=["retry_job", "discard_job", "pause_queue", "view_queuepause"]
+                ),
+            ]
         )
 
     def act(self, user: User, action: str, url: str = "/admin/pgenough/deadjob/") -> str:
@@ -165,6 +170,26 @@ class AdminTests(TestCase):
     def test_retry_needs_its_permission(self) -> None:
         self.assertEqual(self.act(self.viewer, "retry"), "dead")
         self.assertEqual(self.act(self.operator, "retry"), "ready")
+
+    def test_pausing_and_resuming_a_queue_need_their_permission(self) -> None:
+        def paused() -> list[str]:
+            return list(QueuePause.objects.values_list("queue", flat=True))
+
+        self.act(self.viewer, "pause_queues", "/admin/pgenough/job/")
+        self.assertEqual(paused(), [])
+        self.act(self.operator, "pause_queues", "/admin/pgenough/job/")
+        self.assertEqual(paused(), [self.job.queue])
+        self.client.force_login(self.operator)
+        page = self.client.get("/admin/pgenough/queuepause/")
+        self.assertContains(page, "paused from the admin by operator")
+        self.assertEqual(self.client.get("/admin/pgenough/queuepause/add/").status_code, 403)
+        selected = {"action": "resume", "_selected_action": [self.job.queue]}
+        self.client.force_login(self.viewer)
+        self.client.post("/admin/pgenough/queuepause/", selected)
+        self.assertEqual(paused(), [self.job.queue])
+        self.client.force_login(self.operator)
+        self.client.post("/admin/pgenough/queuepause/", selected)
+        self.assertEqual(paused(), [])
 
     def test_discard_needs_its_permission(self) -> None:
         self.assertEqual(self.act(self.viewer, "discard", "/admin/pgenough/job/"), "dead")
