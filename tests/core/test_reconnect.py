@@ -180,7 +180,8 @@ async def test_a_worker_listener_started_before_its_database_listens_once_it_is_
         try:
 
             async def refused() -> bool:
-                return bool(warnings(caplog, "subscriber to pgenough_jobs: connect failed"))
+                said = "subscriber to pgenough_jobs, pgenough_cancel: connect failed"
+                return bool(warnings(caplog, said))
 
             await wait_until(refused, WAIT, "a refused first connect")
             assert len(warnings(caplog, "early-listener: listener lost")) == 1

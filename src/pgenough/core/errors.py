@@ -64,6 +64,15 @@ class LeaseLost(PgenoughError):
         self.job_id = job_id
 
 
+class JobCancelled(PgenoughError):
+    """The job was cancelled while its handler ran (``TaskContext.raise_if_cancelled``): it is
+    already ``cancelled``, never retried; the worker records nothing more of it."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} was cancelled")
+        self.job_id = job_id
+
+
 class JobNotFound(PgenoughError):
     """No job with that id is in a state the operation applies to."""
 
@@ -137,6 +146,7 @@ def translate_db_errors(what: str) -> Iterator[None]:
 __all__ = [
     "DatabaseError",
     "GiveUp",
+    "JobCancelled",
     "JobNotFound",
     "JobOutcome",
     "LeaseLost",

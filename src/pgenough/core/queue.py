@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb, JsonbLoader
 
 from pgenough.core import metrics
 from pgenough.core._sql import PLAN_EACH_TIME, load
+from pgenough.core.cancellation import CANCEL_CHANNEL
 from pgenough.core.errors import JobNotFound, LeaseLost
 from pgenough.core.failures import ERRORS_KEPT, TRACEBACKS_KEPT, describe, format_traceback
 from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
@@ -373,8 +374,11 @@ def retry_dead(
 
 @dual
 def discard_job(job_id: int) -> Steps[None]:
-    """Cancel a ready, running or dead job; it stays visible until the cleaner removes it."""
-    result = yield Query(_Q["discard_job"], {"id": job_id}, prepare=PLAN_EACH_TIME)
+    """Cancel a ready, running or dead job; it stays visible until the cleaner removes it.
+    A running job's handler is told on commit (``cancellation.py``): an async one is
+    cancelled at its next await, a plain function sees ``ctx.cancelled``."""
+    params = {"id": job_id, "channel": CANCEL_CHANNEL}
+    result = yield Query(_Q["discard_job"], params, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "cancel")
 
@@ -383,8 +387,8 @@ def discard_job(job_id: int) -> Steps[None]:
 def discard_jobs(job_ids: Iterable[int]) -> Steps[int]:
     """``discard_job`` for several jobs at once, in one statement: those of ``job_ids`` that
     are ready, running or dead are cancelled; return how many."""
-    ids = {"ids": int_array(job_ids)}
-    result = yield Query(_Q["discard_jobs"], ids, prepare=PLAN_EACH_TIME)
+    params = {"ids": int_array(job_ids), "channel": CANCEL_CHANNEL}
+    result = yield Query(_Q["discard_jobs"], params, prepare=PLAN_EACH_TIME)
     return len(result.rows)
 
 
@@ -511,6 +515,12 @@ async def hold_for_claims(conn: AsyncConn) -> None:
 async def unhold_for_claims(conn: AsyncConn) -> None:
     """Undo ``hold_for_claims``, before the connection goes back to the pool."""
     await conn.execute(_Q["plan_as_usual"])
+
+
+async def cancelled_among(conn: AsyncConn, ids: Sequence[int]) -> list[int]:
+    """Which of ``ids`` (jobs in flight whose lease could not be extended) were cancelled."""
+    cur = await conn.execute(_Q["cancelled_among"], {"ids": int_array(ids)}, prepare=PLAN_EACH_TIME)
+    return [row[0] for row in await cur.fetchall()]
 
 
 async def claim(

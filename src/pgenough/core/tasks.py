@@ -75,6 +75,7 @@ from typing import (
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from pgenough.core.cancellation import is_cancelled, raise_if_cancelled
 from pgenough.core.errors import GiveUp, PgenoughError, TaskTimeout
 from pgenough.core.migrations import MigrationSet
 from pgenough.core.periodic import Periodic, PeriodicTask
@@ -135,6 +136,18 @@ class TaskContext:
     test_mode: bool = False
     """True when test mode runs the job (``run_jobs``, an eager enqueue), on the caller's
     connection; False on a worker. (As Celery's ``task.request.is_eager``.)"""
+
+    @property
+    def cancelled(self) -> bool:
+        """An operator cancelled the job while it runs (``cancellation.py``): stop, the job is
+        already ``cancelled`` and nothing of it will commit. An async task is cancelled at
+        its next await anyway; a plain function should look now and then."""
+        return is_cancelled(self.job.id)
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``JobCancelled`` if ``cancelled``: the worker records nothing more of the
+        job (it is never retried)."""
+        raise_if_cancelled(self.job.id)
 
 
 class _CallerPool:

@@ -306,18 +306,39 @@ RETURNING id
 
 -- name: discard_job
 -- Operator: cancel a job that has not finished. A running job's handler can no longer
--- complete it (its completion finds no claim), so transactional effects roll back.
-UPDATE pgenough.jobs
-SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
-WHERE id = %(id)s AND state IN ('ready', 'running', 'dead')
-RETURNING id
+-- complete it (its completion finds no claim), so transactional effects roll back; and its
+-- worker is told, on commit, to stop the handler (cancellation.py).
+WITH target AS (
+    SELECT id, state FROM pgenough.jobs
+    WHERE id = %(id)s AND state IN ('ready', 'running', 'dead')
+    FOR UPDATE
+), cancelled AS (
+    UPDATE pgenough.jobs j
+    SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
+    FROM target t
+    WHERE j.id = t.id
+    RETURNING j.id, t.state AS was
+), told AS (
+    SELECT pg_notify(%(channel)s, id::text) FROM cancelled WHERE was = 'running'
+)
+SELECT id FROM cancelled, (SELECT count(*) FROM told) AS n
 
 -- name: discard_jobs
 -- Operator: cancel these jobs, those not finished (as discard_job, in one statement).
-UPDATE pgenough.jobs
-SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('ready', 'running', 'dead')
-RETURNING id
+WITH target AS (
+    SELECT id, state FROM pgenough.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('ready', 'running', 'dead')
+    FOR UPDATE
+), cancelled AS (
+    UPDATE pgenough.jobs j
+    SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
+    FROM target t
+    WHERE j.id = t.id
+    RETURNING j.id, t.state AS was
+), told AS (
+    SELECT pg_notify(%(channel)s, id::text) FROM cancelled WHERE was = 'running'
+)
+SELECT id FROM cancelled, (SELECT count(*) FROM told) AS n
 
 -- name: discard_dead
 -- Operator: cancel every dead job of a queue (or of all queues), of a kind and whose
@@ -465,3 +486,8 @@ SELECT id, queue, kind, payload, priority, state::text, attempts, max_attempts, 
 FROM pgenough.jobs
 WHERE queue = %(queue)s AND kind = %(kind)s AND payload ->> %(key)s::text = %(value)s::text
 ORDER BY id
+
+-- name: cancelled_among
+-- The heartbeat's look at jobs in flight whose lease it could not extend: which of them an
+-- operator cancelled (the others finished or were reclaimed).
+SELECT id FROM pgenough.jobs WHERE id = ANY(%(ids)s::bigint[]) AND state = 'cancelled'

@@ -80,7 +80,7 @@ class Executor:
         self.flight = Flight(config, name)
         self.runner = JobRunner(pool, handlers, self.flight, rng)
         self.batches = BatchRunner(pool, self.flight, self.runner)
-        self.heartbeat = Heartbeat(pool, self.flight)
+        self.heartbeat = Heartbeat(pool, self.flight, self.runner.cancel)
         self._rng = rng
         self._after: tuple[int, datetime, int] | None = None
         """(priority, run_at, id) of the last job claimed, where the next claim starts."""
@@ -113,6 +113,10 @@ class Executor:
     def interrupt(self) -> None:
         """Cancel the running async handlers (a plain function's thread runs on)."""
         self.runner.interrupt()
+
+    def cancel(self, job_id: int) -> None:
+        """An operator cancelled job ``job_id``: if this executor runs it, stop its handler."""
+        self.runner.cancel(job_id)
 
     async def run(self, until_idle: bool) -> None:
         heartbeat = asyncio.create_task(self.heartbeat.run(), name=f"{self.name}:heartbeat")

@@ -1,5 +1,7 @@
 """The heartbeat of one queue's executor: every lease / 3 it extends the leases of the jobs in
-flight, so a claim stays ours while its handler runs (and a dead worker's expire)."""
+flight, so a claim stays ours while its handler runs (and a dead worker's expire); and of the
+jobs it could not extend, it stops the handlers of those an operator cancelled (when the
+listener missed the cancel)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,15 @@ MAX_STUCK_BEATS: Final = 3
 
 
 class Heartbeat:
-    def __init__(self, pool: AsyncConnectionPool, flight: Flight) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, flight: Flight, cancel: Callable[[int], None]
+    ) -> None:
         self.pool = pool
         self.flight = flight
         self.name = flight.name
+        self._cancel = cancel
+        """Called with each job in flight that an operator cancelled: the heartbeat finds
+        them when the listener missed the cancel (down, reconnecting)."""
 
     async def run(self) -> None:
         """Every lease / 3, extend the leases of the jobs in flight.
@@ -86,10 +93,19 @@ class Heartbeat:
             log.warning("%s: heartbeat failed: %s", self.name, exc)
             return
         missing = [i for i in ids if i not in extended and i in self.flight.inflight]
-        if missing:
-            log.debug(
-                "%s: heartbeat skipped %d job(s) (finishing or lost): %s",
-                self.name,
-                len(missing),
-                missing[:10],
-            )
+        if not missing:
+            return
+        log.debug(
+            "%s: heartbeat skipped %d job(s) (finishing, lost or cancelled): %s",
+            self.name,
+            len(missing),
+            missing[:10],
+        )
+        try:
+            async with self.pool.connection() as conn:
+                cancelled = await queue.cancelled_among(conn, missing)
+        except psycopg.OperationalError as exc:
+            log.warning("%s: heartbeat failed: %s", self.name, exc)
+            return
+        for job_id in cancelled:
+            self._cancel(job_id)

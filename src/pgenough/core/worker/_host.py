@@ -104,6 +104,7 @@ class Worker(Service):
         )
         for executor in self._executors:
             self._notifier.register(executor.config.queue, executor.notified)
+            self._notifier.register_cancel(executor.cancel)
         self._stopping = False
         self.periodic = Periodic(pool, replica=self.name)
         """Periodic duties of this process (maintenance; add your own before run())."""

@@ -1,7 +1,9 @@
 """One LISTEN connection per worker process, shared by the executors of all its queues.
 
 Enqueueing a runnable job notifies ``JOBS_CHANNEL`` with the queue's name on commit; the
-notifier wakes the executors of that queue. A connection per queue would cost one PostgreSQL
+notifier wakes the executors of that queue. Cancelling a running job notifies
+``CANCEL_CHANNEL`` with its id; the notifier tells every executor, and the one holding it
+stops its handler. A connection per queue would cost one PostgreSQL
 backend per queue per process for nothing: a notification names its queue. The connection is
 a pub/sub ``Subscription``, which pings it and reconnects; while it is down every executor
 polls, and on each (re)connect all are woken once, for whatever was enqueued while nobody
@@ -15,6 +17,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 
+from pgenough.core.cancellation import CANCEL_CHANNEL
 from pgenough.core.pubsub import Gap, Subscription
 from pgenough.core.queue import JOBS_CHANNEL
 from pgenough.core.retry import Backoff
@@ -38,6 +41,7 @@ class Notifier(Service):
         self.service_name = f"{name}:listen"
         self._check_interval = check_interval
         self._wakes: dict[str, list[Callable[[], None]]] = defaultdict(list)
+        self._cancels: list[Callable[[int], None]] = []
         self.listening = asyncio.Event()
         """Set while LISTEN is active."""
 
@@ -45,6 +49,19 @@ class Notifier(Service):
         """Call ``wake`` on every notification for ``queue`` (and on each reconnect, for
         what may have come meanwhile)."""
         self._wakes[queue].append(wake)
+
+    def register_cancel(self, cancel: Callable[[int], None]) -> None:
+        """Call ``cancel(job_id)`` on every cancel of a running job (``cancellation.py``)."""
+        self._cancels.append(cancel)
+
+    def _cancelled(self, payload: str) -> None:
+        try:
+            job_id = int(payload)
+        except ValueError:
+            log.warning("%s: a cancel names no job id: %r", self.name, payload[:100])
+            return
+        for cancel in self._cancels:
+            cancel(job_id)
 
     def _up(self) -> None:
         self.listening.set()
@@ -67,7 +84,7 @@ class Notifier(Service):
         by itself."""
         subscription = Subscription(
             self._conninfo,
-            (JOBS_CHANNEL,),
+            (JOBS_CHANNEL, CANCEL_CHANNEL),
             ping_interval=self._check_interval,
             application_name=f"{LISTENER_APPLICATION_PREFIX}{self.name}",
             on_lost=self._lost,
@@ -78,6 +95,9 @@ class Notifier(Service):
             async for item in subscription:
                 if isinstance(item, Gap):
                     self._up()
+                    continue
+                if item.channel == CANCEL_CHANNEL:
+                    self._cancelled(item.payload)
                     continue
                 for wake in self._wakes.get(item.payload, ()):
                     wake()

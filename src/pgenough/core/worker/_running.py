@@ -19,6 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import queue
+from pgenough.core.cancellation import cancelled_here
 from pgenough.core.errors import LeaseLost, RetryIn, TaskFailed, TaskTimeout
 from pgenough.core.failures import Outcome, failure_outcome
 from pgenough.core.job_states import JobState
@@ -75,6 +76,21 @@ class JobRunner:
                 ", ".join(map(str, list(self.flight.in_threads)[:10])),
             )
 
+    def cancel(self, job_id: int) -> None:
+        """An operator cancelled ``job_id``: if it runs here, mark it cancelled in this
+        process (a plain function sees it: ``TaskContext.cancelled``) and cancel its task: an
+        async handler stops at its next await; a plain function's thread runs on unless it
+        has not started (``_run_in_thread``). A batch's job is left to its batch, whose
+        completion finds that claim gone and runs the others again (``_batches``)."""
+        entry = self.flight.inflight.get(job_id)
+        if entry is None or job_id in cancelled_here:
+            return
+        job, task = entry
+        if isinstance(self.handlers.get(job.kind), BatchHandler):
+            return
+        cancelled_here.add(job_id)
+        task.cancel()
+
     def start(self, job: Job) -> None:
         # Every line logged while the job runs (by the handler too) carries its id and queue.
         context = context_with(job_id=job.id, queue=self.config.queue)
@@ -98,12 +114,24 @@ class JobRunner:
             else:
                 await handler(job)
         except asyncio.CancelledError:
+            if job.id in cancelled_here:
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()  # our own cancel, done with: the task ends normally
+                self._cancelled(job, started)
+                return
             job_line(self.name, logging.WARNING, job, "interrupted", started, note="shutting down")
             raise
         except Exception as exc:
-            # A handler may carry its own retry policy (a task does).
-            await self.failed(job, exc, getattr(handler, "backoff", None), started)
+            if job.id in cancelled_here:
+                self._cancelled(job, started, exc)
+            else:
+                # A handler may carry its own retry policy (a task does).
+                await self.failed(job, exc, getattr(handler, "backoff", None), started)
         else:
+            if cancelled_here and job.id in cancelled_here:
+                self._cancelled(job, started)
+                return
             flight = self.flight  # a completed job: acknowledged by the next claim
             flight.stats.completed += 1
             flight.unreported += 1
@@ -120,6 +148,16 @@ class JobRunner:
         finally:
             self._duration.observe(time.perf_counter() - started)
             self._forget(job)
+            if cancelled_here:
+                cancelled_here.discard(job.id)
+
+    def _cancelled(self, job: Job, started: float, exc: Exception | None = None) -> None:
+        """A job an operator cancelled while it ran: already ``cancelled`` in its row, never
+        retried; nothing to record (its claim is gone), only its line."""
+        self.flight.stats.lost += 1
+        how = "stopped" if exc is None else f"raised {type(exc).__name__}"
+        what = "cancelled by an operator while it ran"
+        job_line(self.name, logging.INFO, job, what, started, note=f"its handler {how}")
 
     async def _run_in_thread(self, handler: ThreadHandler, job: Job) -> None:
         """``handler.fn(job)`` in this queue's threads. Returns or raises once the function
