@@ -377,8 +377,8 @@ def discard_job(job_id: int) -> Steps[None]:
     """Cancel a ready, running or dead job; it stays visible until the cleaner removes it.
     A running job's handler is told on commit (``cancellation.py``): an async one is
     cancelled at its next await, a plain function sees ``ctx.cancelled``."""
-    params = {"id": job_id, "channel": CANCEL_CHANNEL}
-    result = yield Query(_Q["discard_job"], params, prepare=PLAN_EACH_TIME)
+    params = {"ids": int_array([job_id]), "channel": CANCEL_CHANNEL}
+    result = yield Query(_Q["discard_jobs"], params, prepare=PLAN_EACH_TIME)
     if not result.rows:
         raise JobNotFound(job_id, "cancel")
 

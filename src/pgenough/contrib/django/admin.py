@@ -61,8 +61,27 @@ def _apply(
         )
 
 
+class _ReadOnly(admin.ModelAdmin):
+    """pgenough's tables, read on ``PGENOUGH["DATABASE"]``; changed only by the actions."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).using(get_settings().database)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("pgenough.pause_queue"))
+
+
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(_ReadOnly):
     list_display = (
         "id",
         "kind",
@@ -84,26 +103,11 @@ class JobAdmin(admin.ModelAdmin):
     list_per_page = 50
     show_full_result_count = False  # a count(*) of a long queue on every page is not free
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        return super().get_queryset(request).using(get_settings().database)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("pgenough.retry_job"))
 
     def has_discard_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("pgenough.discard_job"))
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.has_perm("pgenough.pause_queue"))
 
     @admin.display(description="failed attempts")
     def failed_attempts(self, obj: Job) -> str:
@@ -164,24 +168,9 @@ class DeadJobAdmin(JobAdmin):
 
 
 @admin.register(QueuePause)
-class QueuePauseAdmin(admin.ModelAdmin):
+class QueuePauseAdmin(_ReadOnly):
     list_display = ("queue", "paused_at", "reason")
     actions = ("resume",)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[QueuePause]:
-        return super().get_queryset(request).using(get_settings().database)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_pause_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.has_perm("pgenough.pause_queue"))
 
     @admin.action(permissions=["pause"], description="Resume the selected queues")
     def resume(self, request: HttpRequest, queryset: QuerySet[QueuePause]) -> None:

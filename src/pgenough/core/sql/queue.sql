@@ -304,27 +304,11 @@ WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(text)s::text IS NULL OR strpos(lower(payload::text), lower(%(text)s::text)) > 0)
 RETURNING id
 
--- name: discard_job
--- Operator: cancel a job that has not finished. A running job's handler can no longer
--- complete it (its completion finds no claim), so transactional effects roll back; and its
--- worker is told, on commit, to stop the handler (cancellation.py).
-WITH target AS (
-    SELECT id, state FROM pgenough.jobs
-    WHERE id = %(id)s AND state IN ('ready', 'running', 'dead')
-    FOR UPDATE
-), cancelled AS (
-    UPDATE pgenough.jobs j
-    SET state = 'cancelled', finished_at = now(), lease_until = NULL, worker = NULL
-    FROM target t
-    WHERE j.id = t.id
-    RETURNING j.id, t.state AS was
-), told AS (
-    SELECT pg_notify(%(channel)s, id::text) FROM cancelled WHERE was = 'running'
-)
-SELECT id FROM cancelled, (SELECT count(*) FROM told) AS n
-
 -- name: discard_jobs
--- Operator: cancel these jobs, those not finished (as discard_job, in one statement).
+-- Operator: cancel these jobs, those not finished, in one statement (discard_job: one). A
+-- running job's handler can no longer complete it (its completion finds no claim), so
+-- transactional effects roll back; and its worker is told, on commit, to stop the handler
+-- (cancellation.py).
 WITH target AS (
     SELECT id, state FROM pgenough.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('ready', 'running', 'dead')
