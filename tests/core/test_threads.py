@@ -19,6 +19,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import get_job
+from pgenough.core.admin import discard_jobs
 from tests.helpers import threadapp
 from tests.helpers.procs import Proc, wait_until
 
@@ -177,6 +178,36 @@ async def test_sigterm_never_hands_back_a_running_function(
 
 
 @pytest.mark.serial  # a wall-clock bound: the parallel pass's load breaks it
+async def test_a_cancel_stops_a_plain_function_and_an_async_task_in_a_worker_process(
+    db: AsyncConnectionPool, tables: str, worker: Workers
+) -> None:
+    """``pgenough worker run`` as deployed: the operator's cancel (one statement for both
+    jobs) reaches the process through its listener; the plain function sees
+    ``ctx.cancelled`` and raises, the async task is cancelled; both jobs end ``cancelled``,
+    no failure recorded, never retried, and the worker serves on."""
+    proc = worker()
+    ids = await enqueue(db, threadapp.until_cancelled, [{}])
+    ids += await enqueue(db, threadapp.async_until_cancelled, [{}])
+    await until_events(tables, 2, "both tasks started")
+    async with db.connection() as conn:
+        assert await discard_jobs(conn, ids) == 2
+    await until_events(tables, 4, "both tasks stopped")
+    assert sorted((e[0], e[2]) for e in events(tables)) == sorted(
+        [(i, "start") for i in ids] + [(i, "cancelled") for i in ids]
+    )
+    said = [proc.expect(lambda s: "cancelled by an operator while it ran" in s) for _ in ids]
+    assert sorted(int(line.split(": job ")[1].split()[0]) for line in said) == sorted(ids)
+    for job_id in ids:
+        async with db.connection() as conn:
+            job = await get_job(conn, job_id)
+        assert job is not None and (job.state, job.errors) == ("cancelled", [])
+    # It serves on: a new job runs.
+    (done,) = await enqueue(db, threadapp.one_second, [{}])
+    await until_events(tables, 5, "a job after the cancels")
+    assert events(tables)[-1][:3] == (done, 1, "done")
+    assert stop(proc) == 0, proc.stderr
+
+
 async def test_a_worker_exits_soon_after_its_shutdown_timeout(
     db: AsyncConnectionPool, tables: str, worker: Workers
 ) -> None:

@@ -94,6 +94,30 @@ async def stubborn(ctx: TaskContext, cleanup: float) -> None:
         await asyncio.to_thread(_record, ctx, "ended")
 
 
+@app.task(name="until_cancelled", queue=QUEUE, pass_context=True)
+def until_cancelled(ctx: TaskContext) -> None:
+    """Blocking work in steps, looking for a cancel between them (as the docs advise)."""
+    _record(ctx, "start")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if ctx.cancelled:
+            _record(ctx, "cancelled")
+            ctx.raise_if_cancelled()
+        time.sleep(0.02)
+    _record(ctx, "done")  # never cancelled
+
+
+@app.task(name="async_until_cancelled", queue=QUEUE, pass_context=True)
+async def async_until_cancelled(ctx: TaskContext) -> None:
+    await asyncio.to_thread(_record, ctx, "start")
+    try:
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        _record(ctx, "cancelled")  # blocking, briefly: the coroutine is being cancelled
+        raise
+    await asyncio.to_thread(_record, ctx, "done")  # never cancelled
+
+
 def run_events(conn: psycopg.Connection[Any]) -> list[tuple[int, int, str, int]]:
     return [
         (int(r[0]), int(r[1]), str(r[2]), int(r[3]))
