@@ -110,6 +110,22 @@ async def test_pause_and_resume_a_queue(db: AsyncConnectionPool, database_url: s
     assert mail["paused"] is False
 
 
+async def test_limit_a_queue_across_the_fleet(db: AsyncConnectionPool, database_url: str) -> None:
+    async with db.connection() as conn:
+        await enqueue(conn, "send", {}, queue="mail")
+    assert await cli_json(database_url, "limit", "mail", "3") == {"queue": "mail", "max_running": 3}
+    (mail,) = [
+        q for q in (await cli_json(database_url, "status"))["queues"] if q["queue"] == "mail"
+    ]
+    assert mail["max_running"] == 3
+    status = await cli(database_url, "status")
+    assert re.search(r"mail limit 3\s", status.stdout), status.stdout
+    lifted = await cli(database_url, "limit", "mail", "--off")
+    assert (lifted.exit_code, lifted.stdout.strip()) == (0, "queue mail: limit lifted")
+    again = await cli(database_url, "limit", "mail", "--off")
+    assert again.stdout.strip() == "queue mail had no limit"
+
+
 async def test_jobs_and_job_show_every_state_as_the_database_has_it(
     db: AsyncConnectionPool, database_url: str
 ) -> None:
@@ -195,6 +211,8 @@ async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, databas
         (["retry", "7", "--all-dead"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--queue", "plans"], "error: --queue goes with --all-dead"),
         (["pause", " "], "error: give a queue name"),
+        (["limit", "mail"], "error: give a limit N or --off (exactly one)"),
+        (["limit", "mail", "3", "--off"], "error: give a limit N or --off (exactly one)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -277,6 +295,7 @@ def test_a_core_only_database_is_all_pgenough_needs(
             "job_counts",
             "queue_samples",
             "queue_pauses",
+            "queue_limits",
             "ui_revoked_sessions",
         }
         status = pgenough("status", env=env)

@@ -259,6 +259,16 @@ def job_failures_table(failures: JobFailures, window: float) -> Table:
     return table
 
 
+def _queue_cell(q: QueueStats) -> Text:
+    """The queue's name, with what holds it back: paused, a fleet-wide limit."""
+    cell = Text(q.queue)
+    if q.paused:
+        cell.append(" paused", "bold yellow")
+    if q.max_running is not None:
+        cell.append(f" limit {q.max_running}", "cyan")
+    return cell
+
+
 def queues_table(
     queues: Sequence[QueueStats], throughput: Sequence[QueuePoint] = (), window: float = 0
 ) -> Table:
@@ -281,7 +291,7 @@ def queues_table(
     for q in queues:
         extra = [count(done.get(q.queue, 0))] if columns else []
         table.add_row(
-            Text.assemble(q.queue, (" paused", "bold yellow")) if q.paused else q.queue,
+            _queue_cell(q),
             count(q.ready),
             count(q.scheduled),
             count(q.running),

@@ -254,14 +254,14 @@ async def test_a_claim_lost_in_a_failover_cannot_complete_the_job_that_took_its_
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             for n in range(40):  # past the 32 ids the sequence logs ahead
                 await enqueue(conn, "k", {"n": n}, queue="q")
-            stale = await claim(conn, queue="q", worker="old", lease=60, limit=100, done=[])
+            stale = (await claim(conn, queue="q", worker="old", lease=60, limit=100, done=[])).jobs
         pair.kill_primary()
         pair.start_standby()
         pair.promote()
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             for n in range(40):
                 await enqueue(conn, "k", {"n": 100 + n}, queue="q")
-            fresh = await claim(conn, queue="q", worker="new", lease=60, limit=100, done=[])
+            fresh = (await claim(conn, queue="q", worker="new", lease=60, limit=100, done=[])).jobs
             # The claims of jobs enqueued on the old primary only, whose ids new jobs took
             # (the first job, replicated, is the same job on both: not one of them).
             created = {j.id: j.created_at for j in fresh}

@@ -11,7 +11,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core import enqueue, get_job
-from pgenough.core.admin import paused_queues
+from pgenough.core.admin import paused_queues, set_queue_limit
 from tests.dashboard import scenes
 from tests.dashboard.helpers import (
     IN_PROCESS_HOST,
@@ -203,8 +203,10 @@ async def test_a_queue_is_paused_and_resumed_from_its_jobs_page(
     page = html(await client.get("/ui/jobs?queue=ops"))
     assert "queue ops paused" in page  # the flash
     assert 'data-paused="1"' in page and 'id="resume-queue"' in page and "(deploy)" in page
+    async with db.connection() as conn:
+        await set_queue_limit(conn, "ops", 4)
     overview = html(await client.get("/ui/"))
-    assert re.search(r'data-queue="ops".*?st-paused', overview, re.S), overview
+    assert re.search(r'data-queue="ops".*?st-paused.*?limit 4', overview, re.S), overview
     await client.post("/ui/queues/pause", data=form)
     assert "queue ops was already paused" in html(await client.get("/ui/jobs?queue=ops"))
 

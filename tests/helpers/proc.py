@@ -33,6 +33,8 @@ async def effects(args: argparse.Namespace) -> None:
     async def handler(job: Job) -> None:
         nonlocal invocations
         invocations += 1
+        if args.work:
+            await asyncio.sleep(args.work)
         async with pool.connection() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO effects (job_id, attempts, worker) VALUES (%s, %s, %s)",
@@ -41,6 +43,7 @@ async def effects(args: argparse.Namespace) -> None:
             await complete(conn, job)
 
     config = WorkerConfig(
+        queue=args.queue,
         concurrency=args.concurrency,
         batch_size=args.batch,
         lease=args.lease,
@@ -197,6 +200,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--until-idle", action="store_true")
+    parser.add_argument("--queue", default="default")
+    parser.add_argument("--work", type=float, default=0.0, help="effects: seconds a job runs")
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--shutdown-timeout", type=float, default=30.0)
     parser.add_argument("--name", default="test-lock")

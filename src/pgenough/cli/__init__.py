@@ -87,6 +87,7 @@ app.command("discard", rich_help_panel=INSPECT_PANEL)(core.discard_cmd)
 app.command("requeue-stuck", rich_help_panel=INSPECT_PANEL)(core.requeue_stuck_cmd)
 app.command("pause", rich_help_panel=INSPECT_PANEL)(core.pause_cmd)
 app.command("resume", rich_help_panel=INSPECT_PANEL)(core.resume_cmd)
+app.command("limit", rich_help_panel=INSPECT_PANEL)(core.limit_cmd)
 app.command("dashboard")(dashboard.dashboard_cmd)
 
 

@@ -1,7 +1,7 @@
 """pgenough's commands: ``migrate``, ``worker run``, ``status``, inspecting and repairing
-jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``), and pausing
-and resuming a queue (``pause``, ``resume``). They need only the core (the library with no
-extra)."""
+jobs (``jobs``, ``job``, ``failures``, ``retry``, ``discard``, ``requeue-stuck``), pausing and
+resuming a queue (``pause``, ``resume``) and limiting it across the fleet (``limit``). They
+need only the core (the library with no extra)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from pgenough.core.admin import (
     QueuePoint,
     QueueStats,
     WorkerInfo,
+    clear_queue_limit,
     job_failures,
     list_jobs,
     list_periodic,
@@ -42,6 +43,7 @@ from pgenough.core.admin import (
     queue_history,
     queue_stats,
     resume_queue,
+    set_queue_limit,
 )
 from pgenough.core.migrations import schema_version
 from pgenough.core.statements import AsyncConn
@@ -371,3 +373,29 @@ def resume_cmd(queue: QueueArgument, as_json: JsonOption = False) -> None:
     resumed = inspect("resume", lambda conn: resume_queue(conn, queue))
     what = f"resumed queue {queue}" if resumed else f"queue {queue} was not paused"
     show({"queue": queue, "resumed": resumed}, as_json, lambda: render.message(what))
+
+
+def limit_cmd(
+    queue: QueueArgument,
+    running: Annotated[
+        int | None,
+        typer.Argument(
+            metavar="N", min=1, max=MAX_CONCURRENCY, help="At most N of its jobs run at once."
+        ),
+    ] = None,
+    off: Annotated[bool, typer.Option("--off", help="Lift the queue's limit.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Let at most N jobs of a queue run at once across every worker (or lift the limit)."""
+    if (running is None) == (not off):
+        fail("give a limit N or --off (exactly one)", code=2)
+    if not queue.strip():
+        fail("give a queue name", code=2)
+    if running is not None:
+        inspect("limit", lambda conn: set_queue_limit(conn, queue, running))
+        what = f"queue {queue}: at most {running} job(s) run at once across the fleet"
+        show({"queue": queue, "max_running": running}, as_json, lambda: render.message(what))
+        return
+    lifted = inspect("limit", lambda conn: clear_queue_limit(conn, queue))
+    what = f"queue {queue}: limit lifted" if lifted else f"queue {queue} had no limit"
+    show({"queue": queue, "max_running": None}, as_json, lambda: render.message(what))

@@ -1,16 +1,18 @@
 """What an operator or a dashboard uses to look at the queue and act on it: a job and its
 failed attempts, jobs and counts by state, the queue's history, the live workers and the
-periodic tasks; retry, discard and cancel; pause and resume a queue.
+periodic tasks; retry, discard and cancel; pause and resume a queue, limit it across the
+fleet.
 
 ``pgenough status``, ``pgenough jobs``, ``pgenough job`` and the dashboard are built on these.
 Each read and action takes the caller's connection, sync or async, first (``await
 list_jobs(conn, state="dead")``), so an action joins the caller's transaction. The code lives
 beside what it reads (``queue.py``, ``history.py``, ``registry.py``, ``periodic.py``,
-``job_states.py``, ``pauses.py``); this module gathers its public names.
+``job_states.py``, ``pauses.py``, ``limits.py``); this module gathers its public names.
 """
 
 from pgenough.core.history import QueuePoint, queue_history, queue_trend
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
+from pgenough.core.limits import QueueLimit, clear_queue_limit, queue_limits, set_queue_limit
 from pgenough.core.pauses import QueuePause, pause_queue, paused_queues, resume_queue
 from pgenough.core.periodic import PeriodicInfo, list_periodic
 from pgenough.core.queue import (
@@ -44,12 +46,14 @@ __all__ = [  # noqa: RUF022
     "JobRecord",
     "JobState",
     "PeriodicInfo",
+    "QueueLimit",
     "QueuePause",
     "QueuePoint",
     "QueueStats",
     "RunningJob",
     "WorkerInfo",
     "cancel_job",
+    "clear_queue_limit",
     "discard_dead",
     "discard_job",
     "discard_jobs",
@@ -64,6 +68,7 @@ __all__ = [  # noqa: RUF022
     "pause_queue",
     "paused_queues",
     "queue_history",
+    "queue_limits",
     "queue_stats",
     "queue_trend",
     "refresh_queue_metrics",
@@ -71,4 +76,5 @@ __all__ = [  # noqa: RUF022
     "retry_dead",
     "retry_job",
     "retry_jobs",
+    "set_queue_limit",
 ]

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import orjson
 from psycopg.abc import Buffer
@@ -30,6 +30,7 @@ from pgenough.core.cancellation import CANCEL_CHANNEL
 from pgenough.core.errors import JobNotFound, LeaseLost
 from pgenough.core.failures import ERRORS_KEPT, TRACEBACKS_KEPT, describe, format_traceback
 from pgenough.core.job_states import QUEUE_DEPTHS, JobState, depth_state, parse_job_state
+from pgenough.core.locks import lock_key
 from pgenough.core.statements import AsyncConn, Atomic, Copy, Query, Steps, dual, record_rows
 
 _Q = load("queue")
@@ -203,6 +204,8 @@ class QueueStats:
     """Seconds the oldest runnable job has been waiting; 0 when none is."""
     paused: bool = False
     """No worker claims its jobs until it is resumed (``pauses.py``)."""
+    max_running: int | None = None
+    """Its fleet-wide limit: at most this many of its jobs run at once (``limits.py``)."""
 
     def by_state(self) -> dict[JobState, int]:
         """The counts per job state (the scheduled among the ready, as ``list_jobs``
@@ -523,6 +526,20 @@ async def cancelled_among(conn: AsyncConn, ids: Sequence[int]) -> list[int]:
     return [row[0] for row in await cur.fetchall()]
 
 
+class Claimed(NamedTuple):
+    """What a claim took, and whether its queue has a fleet-wide limit (``limits.py``): a
+    limited queue is claimed with ``claim_limited``, the plain claim takes nothing of it."""
+
+    jobs: list[Job]
+    limited: bool
+
+
+LIMITED_ID: Final = -1
+"""The id of the plain claim's last row when the queue has a limit (no job has it)."""
+UNLIMITED_ID: Final = -2
+"""The id of the limited claim's last row when the queue has no limit any more."""
+
+
 async def claim(
     conn: AsyncConn,
     *,
@@ -532,10 +549,11 @@ async def claim(
     limit: int,
     done: Sequence[Job],
     after: tuple[int, datetime, int] | None = None,
-) -> list[Job]:
+) -> Claimed:
     """Acknowledge ``done`` (those still this claim) and claim up to ``limit`` ready jobs of
     ``queue`` for ``worker``, in one statement: past the position ``after`` (priority,
     run_at, id) within that priority when given, else from the start of the claim index.
+    A paused queue gives nothing; a limited one nothing, and says so (``Claimed.limited``).
 
     On a connection that prepares, the session must be held (``hold_for_claims``); on one
     that does not, the planner setting is made for this transaction only."""
@@ -554,13 +572,51 @@ async def claim(
     cur = conn.cursor(row_factory=_JOB_ROWS)
     if conn.prepare_threshold is not None:
         # Planned each time and without a Sort: the session is set up for it.
-        return await (await cur.execute(query, params)).fetchall()
-    # Unprepared, perhaps behind a transaction pooler whose server connections are shared:
-    # the planner setting lasts this transaction only (three round trips more than the
-    # claim itself).
-    async with conn.transaction():
-        await conn.execute(_Q["claim_without_sort"])
-        return await (await cur.execute(query, params)).fetchall()
+        jobs = await (await cur.execute(query, params)).fetchall()
+    else:
+        # Unprepared, perhaps behind a transaction pooler whose server connections are
+        # shared: the planner setting lasts this transaction only (three round trips more
+        # than the claim itself).
+        async with conn.transaction():
+            await conn.execute(_Q["claim_without_sort"])
+            jobs = await (await cur.execute(query, params)).fetchall()
+    if jobs and jobs[-1].id == LIMITED_ID:
+        return Claimed(jobs[:-1], True)
+    return Claimed(jobs, False)
+
+
+async def claim_limited(
+    conn: AsyncConn, *, queue: str, worker: str, lease: float, limit: int, done: Sequence[Job]
+) -> Claimed:
+    """``claim`` for a queue with a fleet-wide limit: in one transaction (one round trip,
+    pipelined), take the queue's limit lock, acknowledge ``done``, count the queue's running
+    jobs and claim at most what its limit leaves (``limits.py``). ``Claimed.limited`` is
+    False once the limit was lifted (then nothing was claimed)."""
+    params: dict[str, Any] = {
+        **claims_of(done, prefix="done_"),
+        "queue": queue,
+        "limit": limit,
+        "lease": lease,
+        "worker": worker,
+    }
+    cur = conn.cursor(row_factory=_JOB_ROWS)
+    async with conn.pipeline(), conn.transaction():
+        if conn.prepare_threshold is None:
+            await conn.execute(_Q["claim_without_sort"])
+        await conn.execute(_Q["limit_lock"], {"key": limit_lock_key(queue)})
+        if done:
+            await conn.execute(_Q["acknowledge"], params)
+        await cur.execute(_Q["claim_limited"], params)
+    jobs = await cur.fetchall()
+    if jobs and jobs[-1].id == UNLIMITED_ID:
+        return Claimed(jobs[:-1], False)
+    return Claimed(jobs, True)
+
+
+def limit_lock_key(queue: str) -> int:
+    """The advisory-lock key the limited claims of ``queue`` take (``locks.lock_key``'s
+    namespace: a name no user lock should take)."""
+    return lock_key(f"pgenough.limit:{queue}")
 
 
 @dual

@@ -87,22 +87,30 @@ WITH done AS (
 ), picked AS (
     SELECT id FROM pgenough.jobs
     WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
-      -- A paused queue (pauses.py): a one-time probe of its primary key per claim.
+      -- A paused queue (pauses.py), a limited one (limits.py: its own claim): a one-time
+      -- probe of each primary key per claim.
       AND NOT EXISTS (SELECT FROM pgenough.queue_pauses p WHERE p.queue = %(queue)s)
+      AND NOT EXISTS (SELECT FROM pgenough.queue_limits l WHERE l.queue = %(queue)s)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE pgenough.jobs j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claimed_at = now(),
+        lease_until = now() + %(lease)s * interval '1 second',
+        worker = %(worker)s
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+              j.run_at, j.created_at
 )
-UPDATE pgenough.jobs j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    claimed_at = now(),
-    lease_until = now() + %(lease)s * interval '1 second',
-    worker = %(worker)s
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at
+SELECT * FROM claimed
+UNION ALL
+-- The queue has a limit: a last row with id -1 says to claim it with claim_limited.
+SELECT -1, %(queue)s, '', NULL, 0, 0, 0, now(), now()
+WHERE EXISTS (SELECT FROM pgenough.queue_limits l WHERE l.queue = %(queue)s)
 
 -- name: claim_after
 -- The claim, started past this executor's last claimed position (priority, run_at, id)
@@ -120,24 +128,77 @@ WITH done AS (
 ), picked AS (
     SELECT id FROM pgenough.jobs
     WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
-      -- A paused queue (pauses.py): a one-time probe of its primary key per claim.
+      -- A paused queue (pauses.py), a limited one (limits.py: its own claim): a one-time
+      -- probe of each primary key per claim.
       AND NOT EXISTS (SELECT FROM pgenough.queue_pauses p WHERE p.queue = %(queue)s)
+      AND NOT EXISTS (SELECT FROM pgenough.queue_limits l WHERE l.queue = %(queue)s)
       AND priority = %(priority)s
       AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE pgenough.jobs j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claimed_at = now(),
+        lease_until = now() + %(lease)s * interval '1 second',
+        worker = %(worker)s
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+              j.run_at, j.created_at
 )
-UPDATE pgenough.jobs j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    claimed_at = now(),
-    lease_until = now() + %(lease)s * interval '1 second',
-    worker = %(worker)s
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at
+SELECT * FROM claimed
+UNION ALL
+-- The queue has a limit: a last row with id -1 says to claim it with claim_limited.
+SELECT -1, %(queue)s, '', NULL, 0, 0, 0, now(), now()
+WHERE EXISTS (SELECT FROM pgenough.queue_limits l WHERE l.queue = %(queue)s)
+
+-- name: limit_lock
+-- The limited claim's first statement: one claimer of the queue at a time across the fleet,
+-- until its transaction ends; the claim after it counts with a snapshot taken after the wait.
+SELECT pg_advisory_xact_lock(%(key)s)
+
+-- name: acknowledge
+-- The limited claim's acknowledgements, a statement of their own so that the count after
+-- them no longer holds the jobs they finish (as claim's done, otherwise).
+DELETE FROM pgenough.jobs j
+USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],
+             %(done_created)s::timestamptz[]) AS d(id, attempts, created_at)
+WHERE j.id = d.id AND j.attempts = d.attempts AND j.created_at = d.created_at
+  AND j.state = 'running'
+
+-- name: claim_limited
+-- Claim up to %(limit)s ready jobs of a limited queue, and no more than its limit leaves
+-- (its running jobs counted across the fleet, the killed workers' included until they are
+-- rescued). Under limit_lock. A last row with id -2 says the queue has no limit any more.
+WITH lim AS (
+    SELECT max_running FROM pgenough.queue_limits WHERE queue = %(queue)s
+), picked AS (
+    SELECT id FROM pgenough.jobs
+    WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
+      AND NOT EXISTS (SELECT FROM pgenough.queue_pauses p WHERE p.queue = %(queue)s)
+    ORDER BY priority DESC, run_at, id
+    LIMIT least(%(limit)s, greatest(0, (SELECT max_running FROM lim) - (
+        SELECT count(*) FROM pgenough.jobs r
+        WHERE r.lease_until IS NOT NULL AND r.queue = %(queue)s AND r.state = 'running')))
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE pgenough.jobs j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        claimed_at = now(),
+        lease_until = now() + %(lease)s * interval '1 second',
+        worker = %(worker)s
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+              j.run_at, j.created_at
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT -2, %(queue)s, '', NULL, 0, 0, 0, now(), now() WHERE NOT EXISTS (SELECT FROM lim)
 
 -- name: complete
 -- Complete one job inside the caller's transaction; no row means the lease was lost. A claim
@@ -343,8 +404,9 @@ FROM pgenough.jobs
 WHERE id = %(id)s
 
 -- name: stats
--- Per queue: jobs by state, the age of the oldest job that is ready to run, and whether it is
--- paused (a paused queue with no jobs has its row too, so that it can be seen and resumed).
+-- Per queue: jobs by state, the age of the oldest job that is ready to run, whether it is
+-- paused (a paused queue with no jobs has its row too, so that it can be seen and resumed),
+-- and its fleet-wide limit.
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
@@ -365,9 +427,11 @@ SELECT coalesce(c.queue, p.queue) AS queue,
        coalesce(c.dead, 0) AS dead,
        coalesce(c.cancelled, 0) AS cancelled,
        coalesce(c.oldest_ready_age, 0) AS oldest_ready_age,
-       p.queue IS NOT NULL AS paused
+       p.queue IS NOT NULL AS paused,
+       l.max_running
 FROM counts c
 FULL JOIN pgenough.queue_pauses p ON p.queue = c.queue
+LEFT JOIN pgenough.queue_limits l ON l.queue = coalesce(c.queue, p.queue)
 ORDER BY 1
 
 -- name: list_jobs

@@ -95,6 +95,9 @@ class Executor:
         self._poll_at = 0.0
         """When (``time.monotonic()``) to look again at a queue the last claim found drained
         (``poll_interval`` after it): jobs that come due without a notification."""
+        self._limited = False
+        """The queue has a fleet-wide limit (the last claim said so): claimed with
+        ``queue.claim_limited``."""
         self._stopping = asyncio.Event()
 
     @property
@@ -255,16 +258,8 @@ class Executor:
             # Cleared before the round trip, not after: a notification that arrives during
             # it must still count.
             self._may_be_ready = False
-        jobs = await queue.claim(
-            conn,
-            queue=self.config.queue,
-            worker=self.name,
-            lease=self.config.lease,
-            limit=limit,
-            done=done,
-            after=None if full else self._after,
-        )
-        self._rescan_pending = not full and len(jobs) < limit
+        jobs = await self._take(conn, done, limit, None if full else self._after)
+        self._rescan_pending = not full and not self._limited and len(jobs) < limit
         if limit and len(jobs) == limit:
             self._may_be_ready = True
         elif limit:
@@ -277,6 +272,42 @@ class Executor:
             self.flight.stats.claimed += len(jobs)
         return jobs
 
+    async def _take(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        done: list[Job],
+        limit: int,
+        after: tuple[int, datetime, int] | None,
+    ) -> list[Job]:
+        """The claim statement for this queue as it is now: plain, or under its fleet-wide
+        limit (``limits.py``); a claim that finds the queue's limit set or lifted switches
+        and claims again at once (its acknowledgements are done)."""
+        config = self.config
+        if not self._limited:
+            taken = await queue.claim(
+                conn,
+                queue=config.queue,
+                worker=self.name,
+                lease=config.lease,
+                limit=limit,
+                done=done,
+                after=after,
+            )
+            if not taken.limited:
+                return taken.jobs
+            log.info(
+                "%s: queue %s has a fleet-wide limit: claiming under it", self.name, config.queue
+            )
+            self._limited, done = True, []
+        taken = await queue.claim_limited(
+            conn, queue=config.queue, worker=self.name, lease=config.lease, limit=limit, done=done
+        )
+        if taken.limited:
+            return taken.jobs
+        log.info("%s: queue %s has no limit any more", self.name, config.queue)
+        self._limited = False
+        return await self._take(conn, [], limit, None)
+
     def _next_look(self) -> float:
         """When a queue found drained is looked at again without a notification: the poll,
         or sooner the scan from the start a short claim past the position asks for."""
@@ -285,7 +316,9 @@ class Executor:
         return self._poll_at
 
     def _worth_a_partial_claim(self) -> bool:
-        return self._may_be_ready or time.monotonic() >= self._next_look()
+        # Under a fleet-wide limit a claim comes back short while the fleet is at it, not
+        # only when the queue is drained: each slot that frees is worth a claim.
+        return self._limited or self._may_be_ready or time.monotonic() >= self._next_look()
 
     async def _flush_acks(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Acknowledge what finished without claiming more (on the way out)."""

@@ -178,14 +178,23 @@
     isDefault: historyNode.getAttribute("data-default") === "1",
   } : null;
 
+  function queueMarks(q, name) {
+    var cells = [name];
+    if (q.paused) cells.push(el("span", { "class": "pill st-paused",
+      title: "no worker claims its jobs until it is resumed" }, ["paused"]));
+    if (q.max_running) cells.push(el("span", { "class": "pill st-limit",
+      title: "at most this many of its jobs run at once across every worker" },
+      ["limit " + q.max_running]));
+    return cells;
+  }
+
   function queueRow(q, name) {
     var trend = { window: chosen ? chosen.window : "1h" };
     if (q.queue) trend.queue = q.queue;
     var done = el("a", { href: base + "/?" + query(trend) + "#history", "class": "trend",
       title: (q.queue || "all queues") + " over time" }, [count(q.done)]);
     var row = el("tr", { "data-queue": q.queue }, [
-      el("td", {}, q.paused ? [name, el("span", { "class": "pill st-paused",
-        title: "no worker claims its jobs until it is resumed" }, ["paused"])] : [name]),
+      el("td", {}, queueMarks(q, name)),
       td(count(q.ready), "num"),
       td(count(q.scheduled), "num"),
       td(count(q.running), "num"),

@@ -1,0 +1,102 @@
+"""A fleet-wide limit under contention, with real processes: 8 worker processes of
+concurrency 4 drain a limited queue while some are killed with SIGKILL; a sampler reading
+the jobs table as fast as it can never sees more jobs of the queue running than the limit
+(a killed worker's jobs count until the rescuer takes them back); every job's effect
+commits exactly once (the effect and the completion are one transaction, the effect's key
+the job's id), and nothing is left."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any, Final, LiteralString
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from pgenough.core.limits import set_queue_limit
+from tests.helpers.procs import Proc
+
+# serial: 8 processes on the machine's cores, alone (after the parallel pass).
+pytestmark = [pytest.mark.db, pytest.mark.slow, pytest.mark.serial]
+
+QUEUE = "partner"
+LIMIT = 3
+WORKERS = 8
+KILLS = 3
+JOBS = 300
+LEASE = 2.0
+"""Short, so that the killed workers' jobs come back within seconds (the rescuer runs every
+lease / 2 in these processes)."""
+DEADLINE = 240.0
+
+
+def _count(conn: psycopg.Connection[Any], query: LiteralString, *params: object) -> int:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+RUNNING: Final = "SELECT count(*) FROM pgenough.jobs WHERE queue = %s AND state = 'running'"
+EFFECTS: Final = "SELECT count(*) FROM effects"
+LEFT: Final = "SELECT count(*) FROM pgenough.jobs WHERE queue = %s"
+
+
+@pytest.mark.timeout(DEADLINE + 60)
+def test_the_limit_holds_across_eight_processes_with_kills(
+    db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
+) -> None:
+    rng = random.Random(34)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        set_queue_limit(conn, QUEUE, LIMIT)
+        conn.execute(
+            "INSERT INTO pgenough.jobs (queue, kind) SELECT %s, 'effect'"
+            " FROM generate_series(1, %s)",
+            (QUEUE, JOBS),
+        )
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while not stop.is_set():
+                samples.append(_count(conn, RUNNING, QUEUE))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    args = ("--queue", QUEUE, "--concurrency", "4", "--batch", "10", "--lease", str(LEASE))
+    procs = [Proc(worker_env, "effects", *args, "--work", "0.05") for _ in range(WORKERS)]
+    killed: list[Proc] = []
+    try:
+        for proc in procs:
+            proc.expect("ready", timeout=60)
+        deadline = time.monotonic() + DEADLINE
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while (done := _count(conn, EFFECTS)) < JOBS:
+                assert time.monotonic() < deadline, f"{done} of {JOBS} effects"
+                # Kill one at a third, a half and two thirds of the way, each while it may
+                # hold running jobs (its slots stay taken until their leases expire).
+                if len(killed) < KILLS and done >= JOBS * (len(killed) + 1) // (KILLS + 1):
+                    victim = rng.choice([p for p in procs if p not in killed])
+                    victim.popen.kill()
+                    killed.append(victim)
+                time.sleep(0.05)
+            effects = _count(conn, EFFECTS)  # job_id is its key: each at most once
+
+            def drained() -> bool:
+                return _count(conn, LEFT, QUEUE) == 0  # the last acknowledgements land
+
+            while not drained():
+                assert time.monotonic() < deadline, "jobs left"
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        sampler.join(30)
+        for proc in procs:
+            proc.kill()
+    assert len(killed) == KILLS
+    assert effects == JOBS
+    assert len(samples) > 100, "the sampler barely ran"
+    assert max(samples) == LIMIT, f"peak {max(samples)} of {len(samples)} samples"
