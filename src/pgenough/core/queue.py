@@ -589,8 +589,8 @@ async def claim_limited(
     conn: AsyncConn, *, queue: str, worker: str, lease: float, limit: int, done: Sequence[Job]
 ) -> Claimed:
     """``claim`` for a queue with a fleet-wide limit: in one transaction (one round trip,
-    pipelined), take the queue's limit lock, acknowledge ``done``, count the queue's running
-    jobs and claim at most what its limit leaves (``limits.py``). ``Claimed.limited`` is
+    pipelined), acknowledge ``done`` and take the queue's limit lock, then count the queue's
+    running jobs and claim at most what its limit leaves (``limits.py``). ``Claimed.limited`` is
     False once the limit was lifted (then nothing was claimed)."""
     params: dict[str, Any] = {
         **claims_of(done, prefix="done_"),
@@ -603,9 +603,7 @@ async def claim_limited(
     async with conn.pipeline(), conn.transaction():
         if conn.prepare_threshold is None:
             await conn.execute(_Q["claim_without_sort"])
-        await conn.execute(_Q["limit_lock"], {"key": limit_lock_key(queue)})
-        if done:
-            await conn.execute(_Q["acknowledge"], params)
+        await conn.execute(_Q["limit_lock"], {**params, "key": limit_lock_key(queue)})
         await cur.execute(_Q["claim_limited"], params)
     jobs = await cur.fetchall()
     if jobs and jobs[-1].id == UNLIMITED_ID:
