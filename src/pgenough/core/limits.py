@@ -2,10 +2,11 @@
 
 A limit is a row (``pgenough.queue_limits``, ``sql/limits.sql``). The plain claim takes
 nothing of a limited queue and says it is limited; its workers then claim it with
-``queue.claim_limited``: in one transaction, a transaction-level advisory lock per queue (one
-claimer at a time across the fleet), the acknowledgements, then the claim, which counts the
-queue's running jobs with a snapshot taken after the lock and claims at most what the limit
-leaves. So the limit is exact: the count is the jobs table itself, and a worker killed with
+``queue.claim_limited``, one statement calling ``pgenough.claim_limited`` (migration 0007): the
+acknowledgements, a transaction-level advisory lock per queue (one claimer at a time across
+the fleet), then the claim, which counts the queue's running jobs with a snapshot taken after
+the lock (each statement of a volatile function takes its own) and claims at most what the
+limit leaves. So the limit is exact: the count is the jobs table itself, and a worker killed with
 its jobs running keeps its slots until the rescuer takes them back when their leases expire.
 
 Each worker's own ``concurrency`` still bounds what it runs; the limit bounds the fleet. A

@@ -588,24 +588,25 @@ async def claim(
 async def claim_limited(
     conn: AsyncConn, *, queue: str, worker: str, lease: float, limit: int, done: Sequence[Job]
 ) -> Claimed:
-    """``claim`` for a queue with a fleet-wide limit: in one transaction (one round trip,
-    pipelined), acknowledge ``done`` and take the queue's limit lock, then count the queue's
-    running jobs and claim at most what its limit leaves (``limits.py``). ``Claimed.limited`` is
-    False once the limit was lifted (then nothing was claimed)."""
+    """``claim`` for a queue with a fleet-wide limit, in one statement: acknowledge ``done``,
+    take the queue's limit lock, count its running jobs and claim at most what its limit
+    leaves (``limits.py``). ``Claimed.limited`` is False once the limit was lifted (then
+    nothing was claimed)."""
     params: dict[str, Any] = {
         **claims_of(done, prefix="done_"),
         "queue": queue,
         "limit": limit,
         "lease": lease,
         "worker": worker,
+        "key": limit_lock_key(queue),
     }
     cur = conn.cursor(row_factory=_JOB_ROWS)
-    async with conn.pipeline(), conn.transaction():
-        if conn.prepare_threshold is None:
+    if conn.prepare_threshold is not None:
+        jobs = await (await cur.execute(_Q["claim_limited"], params)).fetchall()
+    else:
+        async with conn.transaction():
             await conn.execute(_Q["claim_without_sort"])
-        await conn.execute(_Q["limit_lock"], {**params, "key": limit_lock_key(queue)})
-        await cur.execute(_Q["claim_limited"], params)
-    jobs = await cur.fetchall()
+            jobs = await (await cur.execute(_Q["claim_limited"], params)).fetchall()
     if jobs and jobs[-1].id == UNLIMITED_ID:
         return Claimed(jobs[:-1], False)
     return Claimed(jobs, True)

@@ -155,58 +155,13 @@ UNION ALL
 SELECT -1, %(queue)s, '', NULL, 0, 0, 0, now(), now()
 WHERE EXISTS (SELECT FROM pgenough.queue_limits l WHERE l.queue = %(queue)s)
 
--- name: limit_lock
--- The limited claim's first statement: its acknowledgements (as claim's done), then one
--- claimer of the queue at a time across the fleet, until its transaction ends. The claim
--- after it counts with a snapshot taken after the wait, which no longer holds the jobs
--- acknowledged here.
-WITH done AS (
-    DELETE FROM pgenough.jobs j
-    USING unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],
-                 %(done_created)s::timestamptz[]) AS d(id, attempts, created_at)
-    WHERE j.id = d.id AND j.attempts = d.attempts AND j.created_at = d.created_at
-      AND j.state = 'running'
-)
-SELECT pg_advisory_xact_lock(%(key)s)
-
 -- name: claim_limited
--- Claim up to %(limit)s ready jobs of a limited queue, and no more than its limit leaves
--- (its running jobs counted across the fleet, the killed workers' included until they are
--- rescued). Under limit_lock. The candidates are taken with %(limit)s itself as their LIMIT,
--- which the planner knows (an expression there would be guessed at a tenth of the table, and
--- the claim would join the jobs by a hash of all of them); the allowance then cuts them. A
--- last row with id -2 says the queue has no limit any more.
-WITH lim AS (
-    SELECT max_running FROM pgenough.queue_limits WHERE queue = %(queue)s
-), candidates AS (
-    SELECT id FROM pgenough.jobs
-    WHERE queue = %(queue)s AND state = 'ready' AND run_at <= now()
-      AND NOT EXISTS (SELECT FROM pgenough.queue_pauses p WHERE p.queue = %(queue)s)
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    -- No ORDER BY: a Sort is ruled out on the claim loop's session (worker/_executor.py), and
-    -- the scan of the materialized candidates returns them in the claim index's order.
-    SELECT id FROM candidates
-    LIMIT greatest(0, (SELECT max_running FROM lim) - (
-        SELECT count(*) FROM pgenough.jobs r
-        WHERE r.lease_until IS NOT NULL AND r.queue = %(queue)s AND r.state = 'running'))
-), claimed AS (
-    UPDATE pgenough.jobs j
-    SET state = 'running',
-        attempts = j.attempts + 1,
-        claimed_at = now(),
-        lease_until = now() + %(lease)s * interval '1 second',
-        worker = %(worker)s
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-              j.run_at, j.created_at
-)
-SELECT * FROM claimed
-UNION ALL
-SELECT -2, %(queue)s, '', NULL, 0, 0, 0, now(), now() WHERE NOT EXISTS (SELECT FROM lim)
+-- Acknowledge finished jobs and claim up to %(limit)s ready jobs of a limited queue, no more
+-- than its limit leaves, under the queue's advisory lock: pgenough.claim_limited (migration
+-- 0007). A last row with id -2 says the queue has no limit any more.
+SELECT * FROM pgenough.claim_limited(
+    %(queue)s, %(worker)s, %(lease)s, %(limit)s, %(key)s,
+    %(done_ids)s::bigint[], %(done_attempts)s::integer[], %(done_created)s::timestamptz[])
 
 -- name: complete
 -- Complete one job inside the caller's transaction; no row means the lease was lost. A claim
