@@ -90,7 +90,8 @@ def database_url(server_url: str) -> Iterator[str]:
 
 CORE_TABLES = (
     "pgenough.jobs, pgenough.messages, pgenough.periodic, pgenough.workers, pgenough.job_counts,"
-    " pgenough.queue_samples, pgenough.queue_pauses, pgenough.queue_limits, effects, ticks"
+    " pgenough.queue_samples, pgenough.queue_pauses, pgenough.queue_limits,"
+    " pgenough.queue_starts, effects, ticks"
 )
 """The library's tables and the tests' own, emptied by ``db``."""
 

@@ -113,17 +113,25 @@ async def test_pause_and_resume_a_queue(db: AsyncConnectionPool, database_url: s
 async def test_limit_a_queue_across_the_fleet(db: AsyncConnectionPool, database_url: str) -> None:
     async with db.connection() as conn:
         await enqueue(conn, "send", {}, queue="mail")
-    assert await cli_json(database_url, "limit", "mail", "3") == {"queue": "mail", "max_running": 3}
+    set_3 = {"queue": "mail", "max_running": 3, "rate_count": None, "rate_interval": None}
+    assert await cli_json(database_url, "limit", "mail", "3") == set_3
     (mail,) = [
         q for q in (await cli_json(database_url, "status"))["queues"] if q["queue"] == "mail"
     ]
     assert mail["max_running"] == 3
     status = await cli(database_url, "status")
     assert re.search(r"mail limit 3\s", status.stdout), status.stdout
+    rated = await cli(database_url, "limit", "mail", "--rate", "100/60s")
+    assert rated.stdout.strip() == "queue mail: at most 100 start(s) in any 60s across the fleet"
+    (mail,) = [
+        q for q in (await cli_json(database_url, "status"))["queues"] if q["queue"] == "mail"
+    ]
+    assert (mail["max_running"], mail["rate_count"], mail["rate_interval"]) == (None, 100, 60.0)
+    assert re.search(r"mail rate 100/60s\s", (await cli(database_url, "status")).stdout)
     lifted = await cli(database_url, "limit", "mail", "--off")
-    assert (lifted.exit_code, lifted.stdout.strip()) == (0, "queue mail: limit lifted")
+    assert (lifted.exit_code, lifted.stdout.strip()) == (0, "queue mail: limits lifted")
     again = await cli(database_url, "limit", "mail", "--off")
-    assert again.stdout.strip() == "queue mail had no limit"
+    assert again.stdout.strip() == "queue mail had no limits"
 
 
 async def test_jobs_and_job_show_every_state_as_the_database_has_it(
@@ -211,8 +219,10 @@ async def test_not_found_is_one_line_and_exit_1(db: AsyncConnectionPool, databas
         (["retry", "7", "--all-dead"], "error: give a job ID or --all-dead (exactly one)"),
         (["retry", "7", "--queue", "plans"], "error: --queue goes with --all-dead"),
         (["pause", " "], "error: give a queue name"),
-        (["limit", "mail"], "error: give a limit N or --off (exactly one)"),
-        (["limit", "mail", "3", "--off"], "error: give a limit N or --off (exactly one)"),
+        (["limit", "mail"], "error: give a limit N, a --rate M/Ts, or --off"),
+        (["limit", "mail", "3", "--off"], "error: give a limit N, a --rate M/Ts, or --off"),
+        (["limit", "mail", "--rate", "often"], "error: --rate 'often': write it as STARTS/SECO"),
+        (["limit", "mail", "--rate", "5/0s"], "error: a rate's seconds must be more than 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -296,6 +306,7 @@ def test_a_core_only_database_is_all_pgenough_needs(
             "queue_samples",
             "queue_pauses",
             "queue_limits",
+            "queue_starts",
             "ui_revoked_sessions",
         }
         status = pgenough("status", env=env)

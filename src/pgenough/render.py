@@ -260,12 +260,14 @@ def job_failures_table(failures: JobFailures, window: float) -> Table:
 
 
 def _queue_cell(q: QueueStats) -> Text:
-    """The queue's name, with what holds it back: paused, a fleet-wide limit."""
+    """The queue's name, with what holds it back: paused, a fleet-wide limit, a rate."""
     cell = Text(q.queue)
     if q.paused:
         cell.append(" paused", "bold yellow")
     if q.max_running is not None:
         cell.append(f" limit {q.max_running}", "cyan")
+    if q.rate_count is not None and q.rate_interval is not None:
+        cell.append(f" rate {q.rate_count}/{q.rate_interval:g}s", "cyan")
     return cell
 
 

@@ -25,7 +25,15 @@ def test_derived_spellings() -> None:
     assert tuple(JobState) == JOB_STATES
     assert JOB_STATES == ("ready", "running", "dead", "cancelled")
     counts = [f.name for f in dataclasses.fields(QueueStats)]
-    assert counts == ["queue", *QUEUE_DEPTHS, "oldest_ready_age", "paused", "max_running"]
+    assert counts == [
+        "queue",
+        *QUEUE_DEPTHS,
+        "oldest_ready_age",
+        "paused",
+        "max_running",
+        "rate_count",
+        "rate_interval",
+    ]
     assert {depth_state(d) for d in QUEUE_DEPTHS} == set(JobState)
     assert depth_state(SCHEDULED) is JobState.READY
     assert set(QUEUE_STATES) == set(QUEUE_DEPTHS) - {JobState.CANCELLED}

@@ -1,11 +1,12 @@
-"""Fleet-wide concurrency limits (``limits.py``): at most N jobs of a queue run at once across
-every worker, counted by the claim itself; set and lifted while workers run; visible in the
-stats. The proof under contention, with worker processes killed, is
-``test_limits_fleet.py``."""
+"""Fleet-wide limits (``limits.py``): at most N jobs of a queue run at once across every
+worker, counted by the claim itself, and at most M start in any T seconds; set and lifted
+while workers run; visible in the stats. The proof under contention, with worker processes
+killed, is ``test_limits_fleet.py``."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import psycopg
 import pytest
@@ -140,3 +141,67 @@ async def test_limits_are_checked_and_set_in_the_callers_transaction(
             set_queue_limit(conn, "", 1)
     async with db.connection() as conn:
         assert [(q.queue, q.max_running) for q in await queue_limits(conn)] == [(QUEUE, 2)]
+
+
+def most_in_a_window(starts: list[float], window: float) -> int:
+    """The most of ``starts`` (seconds, any clock) within any ``window`` seconds."""
+    starts = sorted(starts)
+    most, first = 0, 0
+    for last, at in enumerate(starts):
+        while at - starts[first] >= window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+async def test_a_rate_holds_jobs_back_and_the_worker_looks_again_when_it_allows(
+    db: AsyncConnectionPool,
+) -> None:
+    """3 starts in any 2 s, 7 jobs, a worker of concurrency 10 whose poll is 10 minutes
+    away: the rate's claim says when the next start is allowed and the worker claims then,
+    so the 7 start in three bursts two seconds apart, each within the deadline. The starts
+    are the handlers' (a little after their claims): any window of the interval less a
+    margin for that holds at most 3."""
+    starts: list[float] = []
+    all_started = asyncio.Event()
+
+    async def tick(job: Job) -> None:
+        starts.append(time.monotonic())
+        if len(starts) == 7:
+            all_started.set()
+
+    async with db.connection() as conn:
+        await set_queue_limit(conn, QUEUE, starts=3, per=2.0)
+        for n in range(7):
+            await enqueue(conn, "tick", {"n": n}, queue=QUEUE)
+        stats = {s.queue: s for s in await queue_stats(conn)}
+        assert (stats[QUEUE].rate_count, stats[QUEUE].rate_interval) == (3, 2.0)
+    config = WorkerConfig(queue=QUEUE, concurrency=10, maintenance=None, poll_interval=600)
+    worker = Worker(db, {"tick": tick}, config)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(all_started.wait(), DEADLINE)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(run, DEADLINE)
+    assert most_in_a_window(starts, 2.0 - 0.5) <= 3, starts
+    assert starts[-1] - starts[0] >= 2 * 2.0 - 0.5  # three bursts: the rate held them
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM pgenough.jobs WHERE state = 'ready'")
+        assert await cur.fetchone() == (0,)  # none failed nor retried: each ran once
+    assert (worker.stats.completed, worker.stats.failed) == (7, 0)
+
+
+async def test_rates_are_checked(db: AsyncConnectionPool) -> None:
+    async with db.connection() as conn:
+        for kwargs, said in (
+            ({}, "give a limit"),
+            ({"starts": 5}, "starts per seconds: give both"),
+            ({"starts": 0, "per": 1.0}, "starts must be 1 to 100000"),
+            ({"starts": 5, "per": 0.0}, "seconds must be more than 0"),
+        ):
+            with pytest.raises(ValueError, match=said):
+                await set_queue_limit(conn, QUEUE, **kwargs)  # type: ignore[arg-type]
+        await set_queue_limit(conn, QUEUE, 2, starts=10, per=1.0)
+        (limit,) = await queue_limits(conn)
+        assert (limit.max_running, limit.rate_count, limit.rate_interval) == (2, 10, 1.0)

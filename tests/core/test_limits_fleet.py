@@ -1,9 +1,10 @@
-"""A fleet-wide limit under contention, with real processes: 8 worker processes of
-concurrency 4 drain a limited queue while some are killed with SIGKILL; a sampler reading
-the jobs table as fast as it can never sees more jobs of the queue running than the limit
-(a killed worker's jobs count until the rescuer takes them back); every job's effect
-commits exactly once (the effect and the completion are one transaction, the effect's key
-the job's id), and nothing is left."""
+"""Fleet-wide limits under contention, with real processes: 8 worker processes of
+concurrency 4 drain a limited queue while some are killed with SIGKILL. Under a running limit
+a sampler reading the jobs table as fast as it can never sees more jobs of the queue running
+than the limit (a killed worker's jobs count until the rescuer takes them back); under a
+rate, the handlers' starts (each recorded by the handler, committed at once) never crowd a
+window of the interval past the rate. Every job's effect commits exactly once (the effect and
+the completion are one transaction, the effect's key the job's id), and nothing is left."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pgenough.core.limits import set_queue_limit
+from tests.core.test_limits import most_in_a_window
 from tests.helpers.procs import Proc
 
 # serial: 8 processes on the machine's cores, alone (after the parallel pass).
@@ -100,3 +102,56 @@ def test_the_limit_holds_across_eight_processes_with_kills(
     assert effects == JOBS
     assert len(samples) > 100, "the sampler barely ran"
     assert max(samples) == LIMIT, f"peak {max(samples)} of {len(samples)} samples"
+
+
+RATE = 20
+PER = 1.0
+RATE_JOBS = 100
+MARGIN = 0.3
+"""Seconds between a claim and its handler's recorded start (same process, a round trip):
+windows of ``PER - MARGIN`` of the starts are checked against the rate."""
+
+
+@pytest.mark.timeout(DEADLINE + 60)
+def test_a_rate_holds_across_eight_processes_with_kills(
+    db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
+) -> None:
+    rng = random.Random(35)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE starts (job_id bigint, at timestamptz DEFAULT clock_timestamp())"
+        )
+        set_queue_limit(conn, QUEUE, starts=RATE, per=PER)
+        conn.execute(
+            "INSERT INTO pgenough.jobs (queue, kind) SELECT %s, 'effect'"
+            " FROM generate_series(1, %s)",
+            (QUEUE, RATE_JOBS),
+        )
+    args = ("--queue", QUEUE, "--concurrency", "4", "--batch", "10", "--lease", str(LEASE))
+    procs = [
+        Proc(worker_env, "effects", *args, "--work", "0.05", "--record-starts")
+        for _ in range(WORKERS)
+    ]
+    killed: list[Proc] = []
+    try:
+        for proc in procs:
+            proc.expect("ready", timeout=60)
+        deadline = time.monotonic() + DEADLINE
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            while (done := _count(conn, EFFECTS)) < RATE_JOBS:
+                assert time.monotonic() < deadline, f"{done} of {RATE_JOBS} effects"
+                if len(killed) < KILLS and done >= RATE_JOBS * (len(killed) + 1) // (KILLS + 1):
+                    victim = rng.choice([p for p in procs if p not in killed])
+                    victim.popen.kill()
+                    killed.append(victim)
+                time.sleep(0.05)
+            rows = conn.execute("SELECT extract(epoch FROM at) FROM starts ORDER BY at").fetchall()
+            spread = _count(conn, "SELECT count(DISTINCT job_id) FROM starts")
+    finally:
+        for proc in procs:
+            proc.kill()
+    starts = [float(r[0]) for r in rows]
+    assert spread == RATE_JOBS
+    assert most_in_a_window(starts, PER - MARGIN) <= RATE, "a window crowded past the rate"
+    # The rate held them: a hundred starts at 20 a second take at least four seconds.
+    assert starts[-1] - starts[0] >= (RATE_JOBS / RATE - 1) * PER - MARGIN

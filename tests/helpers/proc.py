@@ -33,6 +33,9 @@ async def effects(args: argparse.Namespace) -> None:
     async def handler(job: Job) -> None:
         nonlocal invocations
         invocations += 1
+        if args.record_starts:
+            async with pool.connection() as conn:  # committed at once, whatever follows
+                await conn.execute("INSERT INTO starts (job_id) VALUES (%s)", (job.id,))
         if args.work:
             await asyncio.sleep(args.work)
         async with pool.connection() as conn, conn.transaction():
@@ -202,6 +205,9 @@ def main() -> None:
     parser.add_argument("--until-idle", action="store_true")
     parser.add_argument("--queue", default="default")
     parser.add_argument("--work", type=float, default=0.0, help="effects: seconds a job runs")
+    parser.add_argument(
+        "--record-starts", action="store_true", help="effects: each start into table starts"
+    )
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--shutdown-timeout", type=float, default=30.0)
     parser.add_argument("--name", default="test-lock")

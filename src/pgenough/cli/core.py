@@ -6,6 +6,7 @@ need only the core (the library with no extra)."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Annotated
@@ -33,6 +34,7 @@ from pgenough.core.admin import (
     QueuePoint,
     QueueStats,
     WorkerInfo,
+    check_limits,
     clear_queue_limit,
     job_failures,
     list_jobs,
@@ -375,6 +377,10 @@ def resume_cmd(queue: QueueArgument, as_json: JsonOption = False) -> None:
     show({"queue": queue, "resumed": resumed}, as_json, lambda: render.message(what))
 
 
+RATE = re.compile(r"^(\d+)/(\d+(?:\.\d+)?)s?$")
+"""``--rate``'s form: STARTS/SECONDS, the seconds optionally followed by ``s``."""
+
+
 def limit_cmd(
     queue: QueueArgument,
     running: Annotated[
@@ -383,19 +389,43 @@ def limit_cmd(
             metavar="N", min=1, max=MAX_CONCURRENCY, help="At most N of its jobs run at once."
         ),
     ] = None,
-    off: Annotated[bool, typer.Option("--off", help="Lift the queue's limit.")] = False,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            metavar="M/Ts", help="At most M of its jobs start in any T seconds, e.g. 100/60s."
+        ),
+    ] = None,
+    off: Annotated[bool, typer.Option("--off", help="Lift the queue's limits.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Let at most N jobs of a queue run at once across every worker (or lift the limit)."""
-    if (running is None) == (not off):
-        fail("give a limit N or --off (exactly one)", code=2)
+    """Let at most N jobs of a queue run at once across every worker, and at most M start in
+    any T seconds (or lift its limits). Giving either replaces what the queue had."""
+    if (running is None and rate is None) == (not off):
+        fail("give a limit N, a --rate M/Ts, or --off", code=2)
     if not queue.strip():
         fail("give a queue name", code=2)
-    if running is not None:
-        inspect("limit", lambda conn: set_queue_limit(conn, queue, running))
-        what = f"queue {queue}: at most {running} job(s) run at once across the fleet"
-        show({"queue": queue, "max_running": running}, as_json, lambda: render.message(what))
+    if off:
+        lifted = inspect("limit", lambda conn: clear_queue_limit(conn, queue))
+        what = f"queue {queue}: limits lifted" if lifted else f"queue {queue} had no limits"
+        shown: dict[str, object] = {"queue": queue, "max_running": None}
+        shown |= {"rate_count": None, "rate_interval": None}
+        show(shown, as_json, lambda: render.message(what))
         return
-    lifted = inspect("limit", lambda conn: clear_queue_limit(conn, queue))
-    what = f"queue {queue}: limit lifted" if lifted else f"queue {queue} had no limit"
-    show({"queue": queue, "max_running": None}, as_json, lambda: render.message(what))
+    starts, per = None, None
+    if rate is not None:
+        matched = RATE.match(rate.strip())
+        if matched is None:
+            fail(f"--rate {rate!r}: write it as STARTS/SECONDS, e.g. 100/60s", code=2)
+        starts, per = int(matched.group(1)), float(matched.group(2))
+    try:
+        check_limits(queue, running, starts, per)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    inspect("limit", lambda conn: set_queue_limit(conn, queue, running, starts=starts, per=per))
+    parts = [] if running is None else [f"at most {running} job(s) run at once"]
+    if starts is not None:
+        parts.append(f"at most {starts} start(s) in any {per:g}s")
+    what = f"queue {queue}: {' and '.join(parts)} across the fleet"
+    shown = {"queue": queue, "max_running": running}
+    shown |= {"rate_count": starts, "rate_interval": per}
+    show(shown, as_json, lambda: render.message(what))

@@ -12,7 +12,13 @@ beside what it reads (``queue.py``, ``history.py``, ``registry.py``, ``periodic.
 
 from pgenough.core.history import QueuePoint, queue_history, queue_trend
 from pgenough.core.job_states import JOB_STATES, JobState, parse_job_state
-from pgenough.core.limits import QueueLimit, clear_queue_limit, queue_limits, set_queue_limit
+from pgenough.core.limits import (
+    QueueLimit,
+    check_limits,
+    clear_queue_limit,
+    queue_limits,
+    set_queue_limit,
+)
 from pgenough.core.pauses import QueuePause, pause_queue, paused_queues, resume_queue
 from pgenough.core.periodic import PeriodicInfo, list_periodic
 from pgenough.core.queue import (
@@ -53,6 +59,7 @@ __all__ = [  # noqa: RUF022
     "RunningJob",
     "WorkerInfo",
     "cancel_job",
+    "check_limits",
     "clear_queue_limit",
     "discard_dead",
     "discard_job",

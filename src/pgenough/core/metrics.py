@@ -66,6 +66,11 @@ QUEUE_LIMIT = Gauge(
     "The queue's fleet-wide limit (at most this many of its jobs run at once); 0 for none.",
     ["queue"],
 )
+QUEUE_RATE = Gauge(
+    "pgenough_queue_rate_limit",
+    "The queue's rate limit, in job starts per second across the fleet; 0 for none.",
+    ["queue"],
+)
 QUEUE_PAUSED = Gauge(
     "pgenough_queue_paused",
     "1 while the queue is paused (no worker claims its jobs), else 0.",
@@ -118,12 +123,15 @@ def set_queue_stats(stats: Iterable[QueueStats]) -> None:
         QUEUE_OLDEST_READY_AGE.labels(s.queue).set(s.oldest_ready_age)
         QUEUE_PAUSED.labels(s.queue).set(1 if s.paused else 0)
         QUEUE_LIMIT.labels(s.queue).set(s.max_running or 0)
+        rate = s.rate_count / s.rate_interval if s.rate_count and s.rate_interval else 0
+        QUEUE_RATE.labels(s.queue).set(rate)
     for queue in _seen_queues - present:
         for state in QUEUE_STATES:
             QUEUE_DEPTH.labels(queue, state).set(0)
         QUEUE_OLDEST_READY_AGE.labels(queue).set(0)
         QUEUE_PAUSED.labels(queue).set(0)
         QUEUE_LIMIT.labels(queue).set(0)
+        QUEUE_RATE.labels(queue).set(0)
     _seen_queues.update(present)
 
 

@@ -206,6 +206,9 @@ class QueueStats:
     """No worker claims its jobs until it is resumed (``pauses.py``)."""
     max_running: int | None = None
     """Its fleet-wide limit: at most this many of its jobs run at once (``limits.py``)."""
+    rate_count: int | None = None
+    """Its rate: at most this many of its jobs start in any ``rate_interval`` seconds."""
+    rate_interval: float | None = None
 
     def by_state(self) -> dict[JobState, int]:
         """The counts per job state (the scheduled among the ready, as ``list_jobs``
@@ -532,12 +535,17 @@ class Claimed(NamedTuple):
 
     jobs: list[Job]
     limited: bool
+    next_start_in: float | None = None
+    """Seconds until the queue's rate allows another start, when it held jobs back."""
 
 
 LIMITED_ID: Final = -1
 """The id of the plain claim's last row when the queue has a limit (no job has it)."""
 UNLIMITED_ID: Final = -2
 """The id of the limited claim's last row when the queue has no limit any more."""
+RATE_HELD_ID: Final = -3
+"""The id of the limited claim's last row when the queue's rate held jobs back: its ``run_at``
+is when the next start is allowed, its ``created_at`` the database's clock then."""
 
 
 async def claim(
@@ -609,6 +617,9 @@ async def claim_limited(
             jobs = await (await cur.execute(_Q["claim_limited"], params)).fetchall()
     if jobs and jobs[-1].id == UNLIMITED_ID:
         return Claimed(jobs[:-1], False)
+    if jobs and jobs[-1].id == RATE_HELD_ID:
+        held = jobs.pop()
+        return Claimed(jobs, True, max(0.0, (held.run_at - held.created_at).total_seconds()))
     return Claimed(jobs, True)
 
 

@@ -1,9 +1,12 @@
 -- name: set_queue_limit
--- Set (or change) a queue's limit and wake its workers (on commit), which then claim under it.
+-- Set (or replace) a queue's limits and wake its workers (on commit), which then claim under
+-- them.
 WITH set AS (
-    INSERT INTO pgenough.queue_limits (queue, max_running)
-    VALUES (%(queue)s, %(running)s)
-    ON CONFLICT (queue) DO UPDATE SET max_running = EXCLUDED.max_running, set_at = now()
+    INSERT INTO pgenough.queue_limits (queue, max_running, rate_count, rate_interval)
+    VALUES (%(queue)s, %(running)s, %(starts)s, %(per)s)
+    ON CONFLICT (queue) DO UPDATE
+    SET max_running = EXCLUDED.max_running, rate_count = EXCLUDED.rate_count,
+        rate_interval = EXCLUDED.rate_interval, set_at = now()
     RETURNING queue
 )
 SELECT queue, pg_notify(%(channel)s, queue) FROM set
@@ -16,4 +19,5 @@ WITH cleared AS (
 SELECT queue, pg_notify(%(channel)s, queue) FROM cleared
 
 -- name: queue_limits
-SELECT queue, max_running, set_at FROM pgenough.queue_limits ORDER BY queue
+SELECT queue, max_running, rate_count, rate_interval, set_at
+FROM pgenough.queue_limits ORDER BY queue

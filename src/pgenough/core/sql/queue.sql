@@ -369,7 +369,7 @@ WHERE id = %(id)s
 -- name: stats
 -- Per queue: jobs by state, the age of the oldest job that is ready to run, whether it is
 -- paused (a paused queue with no jobs has its row too, so that it can be seen and resumed),
--- and its fleet-wide limit.
+-- and its fleet-wide limits.
 WITH counts AS (
     SELECT queue,
            count(*) FILTER (WHERE state = 'ready' AND run_at <= now()) AS ready,
@@ -391,7 +391,9 @@ SELECT coalesce(c.queue, p.queue) AS queue,
        coalesce(c.cancelled, 0) AS cancelled,
        coalesce(c.oldest_ready_age, 0) AS oldest_ready_age,
        p.queue IS NOT NULL AS paused,
-       l.max_running
+       l.max_running,
+       l.rate_count,
+       l.rate_interval
 FROM counts c
 FULL JOIN pgenough.queue_pauses p ON p.queue = c.queue
 LEFT JOIN pgenough.queue_limits l ON l.queue = coalesce(c.queue, p.queue)

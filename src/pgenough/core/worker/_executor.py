@@ -95,6 +95,8 @@ class Executor:
         self._poll_at = 0.0
         """When (``time.monotonic()``) to look again at a queue the last claim found drained
         (``poll_interval`` after it): jobs that come due without a notification."""
+        self._rate_wait: float | None = None
+        """Seconds until the queue's rate allows another start, as the last claim said."""
         self._limited = False
         """The queue has a fleet-wide limit (the last claim said so): claimed with
         ``queue.claim_limited``."""
@@ -264,6 +266,9 @@ class Executor:
             self._may_be_ready = True
         elif limit:
             self._poll_at = now + self.config.poll_interval
+        if self._rate_wait is not None:
+            self._poll_at = min(self._poll_at, now + self._rate_wait)
+            self._rate_wait = None
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         if jobs:
             last = jobs[-1]
@@ -303,6 +308,8 @@ class Executor:
             conn, queue=config.queue, worker=self.name, lease=config.lease, limit=limit, done=done
         )
         if taken.limited:
+            if taken.next_start_in is not None:  # the rate held jobs back: look again then
+                self._rate_wait = taken.next_start_in
             return taken.jobs
         log.info("%s: queue %s has no limit any more", self.name, config.queue)
         self._limited = False

@@ -185,6 +185,9 @@
     if (q.max_running) cells.push(el("span", { "class": "pill st-limit",
       title: "at most this many of its jobs run at once across every worker" },
       ["limit " + q.max_running]));
+    if (q.rate_count) cells.push(el("span", { "class": "pill st-limit",
+      title: "at most this many of its jobs start in any such interval across every worker;"
+        + " the others wait, ready" }, ["rate " + q.rate_count + "/" + q.rate_interval + "s"]));
     return cells;
   }
 

@@ -1,0 +1,16 @@
+"""pgenough's schema brought up to date again (core migration 0008: rate limits), as 0001
+describes: the same function, which applies only what is missing."""
+
+from __future__ import annotations
+
+from django.db import migrations
+
+from pgenough.contrib.django.migrations import _schema
+
+
+class Migration(migrations.Migration):
+    dependencies = [("pgenough", "0005_claim_limited_function")]
+
+    operations = [
+        migrations.RunPython(_schema.apply_schema, migrations.RunPython.noop, elidable=False),
+    ]
