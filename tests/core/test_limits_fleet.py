@@ -46,18 +46,50 @@ EFFECTS: Final = "SELECT count(*) FROM effects"
 LEFT: Final = "SELECT count(*) FROM pgenough.jobs WHERE queue = %s"
 
 
+def drain_with_kills(
+    env: dict[str, str], url: str, jobs: int, rng: random.Random, *extra: str
+) -> None:
+    """``jobs`` jobs of ``QUEUE`` (``effect``) drained by ``WORKERS`` processes, ``KILLS`` of
+    them killed with SIGKILL at even steps of the way (each while it may hold running jobs:
+    its slots stay taken until their leases expire); returns once every effect committed,
+    each once (``effects.job_id`` is its key), and nothing is left of the queue."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pgenough.jobs (queue, kind) SELECT %s, 'effect'"
+            " FROM generate_series(1, %s)",
+            (QUEUE, jobs),
+        )
+    args = ("--queue", QUEUE, "--concurrency", "4", "--batch", "10", "--lease", str(LEASE))
+    procs = [Proc(env, "effects", *args, "--work", "0.05", *extra) for _ in range(WORKERS)]
+    killed: list[Proc] = []
+    try:
+        for proc in procs:
+            proc.expect("ready", timeout=60)
+        deadline = time.monotonic() + DEADLINE
+        with psycopg.connect(url, autocommit=True) as conn:
+            while (done := _count(conn, EFFECTS)) < jobs:
+                assert time.monotonic() < deadline, f"{done} of {jobs} effects"
+                if len(killed) < KILLS and done >= jobs * (len(killed) + 1) // (KILLS + 1):
+                    victim = rng.choice([p for p in procs if p not in killed])
+                    victim.popen.kill()
+                    killed.append(victim)
+                time.sleep(0.05)
+            assert _count(conn, EFFECTS) == jobs
+            while _count(conn, LEFT, QUEUE):  # the last acknowledgements land
+                assert time.monotonic() < deadline, "jobs left"
+                time.sleep(0.05)
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert len(killed) == KILLS
+
+
 @pytest.mark.timeout(DEADLINE + 60)
 def test_the_limit_holds_across_eight_processes_with_kills(
     db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
 ) -> None:
-    rng = random.Random(34)
     with psycopg.connect(database_url, autocommit=True) as conn:
         set_queue_limit(conn, QUEUE, LIMIT)
-        conn.execute(
-            "INSERT INTO pgenough.jobs (queue, kind) SELECT %s, 'effect'"
-            " FROM generate_series(1, %s)",
-            (QUEUE, JOBS),
-        )
     samples: list[int] = []
     stop = threading.Event()
 
@@ -68,38 +100,11 @@ def test_the_limit_holds_across_eight_processes_with_kills(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    args = ("--queue", QUEUE, "--concurrency", "4", "--batch", "10", "--lease", str(LEASE))
-    procs = [Proc(worker_env, "effects", *args, "--work", "0.05") for _ in range(WORKERS)]
-    killed: list[Proc] = []
     try:
-        for proc in procs:
-            proc.expect("ready", timeout=60)
-        deadline = time.monotonic() + DEADLINE
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            while (done := _count(conn, EFFECTS)) < JOBS:
-                assert time.monotonic() < deadline, f"{done} of {JOBS} effects"
-                # Kill one at a third, a half and two thirds of the way, each while it may
-                # hold running jobs (its slots stay taken until their leases expire).
-                if len(killed) < KILLS and done >= JOBS * (len(killed) + 1) // (KILLS + 1):
-                    victim = rng.choice([p for p in procs if p not in killed])
-                    victim.popen.kill()
-                    killed.append(victim)
-                time.sleep(0.05)
-            effects = _count(conn, EFFECTS)  # job_id is its key: each at most once
-
-            def drained() -> bool:
-                return _count(conn, LEFT, QUEUE) == 0  # the last acknowledgements land
-
-            while not drained():
-                assert time.monotonic() < deadline, "jobs left"
-                time.sleep(0.05)
+        drain_with_kills(worker_env, database_url, JOBS, random.Random(34))
     finally:
         stop.set()
         sampler.join(30)
-        for proc in procs:
-            proc.kill()
-    assert len(killed) == KILLS
-    assert effects == JOBS
     assert len(samples) > 100, "the sampler barely ran"
     assert max(samples) == LIMIT, f"peak {max(samples)} of {len(samples)} samples"
 
@@ -116,42 +121,18 @@ windows of ``PER - MARGIN`` of the starts are checked against the rate."""
 def test_a_rate_holds_across_eight_processes_with_kills(
     db: AsyncConnectionPool, worker_env: dict[str, str], database_url: str
 ) -> None:
-    rng = random.Random(35)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
-            "CREATE TABLE starts (job_id bigint, at timestamptz DEFAULT clock_timestamp())"
+            "CREATE TABLE IF NOT EXISTS starts"
+            " (job_id bigint, at timestamptz NOT NULL DEFAULT clock_timestamp())"
         )
+        conn.execute("TRUNCATE starts")
         set_queue_limit(conn, QUEUE, starts=RATE, per=PER)
-        conn.execute(
-            "INSERT INTO pgenough.jobs (queue, kind) SELECT %s, 'effect'"
-            " FROM generate_series(1, %s)",
-            (QUEUE, RATE_JOBS),
-        )
-    args = ("--queue", QUEUE, "--concurrency", "4", "--batch", "10", "--lease", str(LEASE))
-    procs = [
-        Proc(worker_env, "effects", *args, "--work", "0.05", "--record-starts")
-        for _ in range(WORKERS)
-    ]
-    killed: list[Proc] = []
-    try:
-        for proc in procs:
-            proc.expect("ready", timeout=60)
-        deadline = time.monotonic() + DEADLINE
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            while (done := _count(conn, EFFECTS)) < RATE_JOBS:
-                assert time.monotonic() < deadline, f"{done} of {RATE_JOBS} effects"
-                if len(killed) < KILLS and done >= RATE_JOBS * (len(killed) + 1) // (KILLS + 1):
-                    victim = rng.choice([p for p in procs if p not in killed])
-                    victim.popen.kill()
-                    killed.append(victim)
-                time.sleep(0.05)
-            rows = conn.execute("SELECT extract(epoch FROM at) FROM starts ORDER BY at").fetchall()
-            spread = _count(conn, "SELECT count(DISTINCT job_id) FROM starts")
-    finally:
-        for proc in procs:
-            proc.kill()
+    drain_with_kills(worker_env, database_url, RATE_JOBS, random.Random(35), "--record-starts")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT extract(epoch FROM at) FROM starts ORDER BY at").fetchall()
+        assert _count(conn, "SELECT count(DISTINCT job_id) FROM starts") == RATE_JOBS
     starts = [float(r[0]) for r in rows]
-    assert spread == RATE_JOBS
     assert most_in_a_window(starts, PER - MARGIN) <= RATE, "a window crowded past the rate"
     # The rate held them: a hundred starts at 20 a second take at least four seconds.
     assert starts[-1] - starts[0] >= (RATE_JOBS / RATE - 1) * PER - MARGIN

@@ -3,7 +3,7 @@ M of them start in any T seconds (a rate).
 
 A limit is a row (``pgenough.queue_limits``, ``sql/limits.sql``). The plain claim takes
 nothing of a limited queue and says it is limited; its workers then claim it with
-``queue.claim_limited``, one statement calling ``pgenough.claim_limited`` (migration 0007): the
+``queue.claim_limited``, one statement calling ``pgenough.claim_limited`` (migration 0006): the
 acknowledgements, a transaction-level advisory lock per queue (one claimer at a time across
 the fleet), then the claim, which counts the queue's running jobs with a snapshot taken after
 the lock (each statement of a volatile function takes its own) and claims at most what the

@@ -157,8 +157,9 @@ WHERE EXISTS (SELECT FROM pgenough.queue_limits l WHERE l.queue = %(queue)s)
 
 -- name: claim_limited
 -- Acknowledge finished jobs and claim up to %(limit)s ready jobs of a limited queue, no more
--- than its limit leaves, under the queue's advisory lock: pgenough.claim_limited (migration
--- 0007). A last row with id -2 says the queue has no limit any more.
+-- than its limits leave, under the queue's advisory lock: pgenough.claim_limited (migration
+-- 0006). A last row with id -2 says the queue has no limit any more; with id -3, that its
+-- rate held jobs back (and until when).
 SELECT * FROM pgenough.claim_limited(
     %(queue)s, %(worker)s, %(lease)s, %(limit)s, %(key)s,
     %(done_ids)s::bigint[], %(done_attempts)s::integer[], %(done_created)s::timestamptz[])

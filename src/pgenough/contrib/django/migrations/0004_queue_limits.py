@@ -1,5 +1,5 @@
-"""pgenough's schema brought up to date again (core migration 0006: fleet-wide concurrency
-limits), as 0001 describes: the same function, which applies only what is missing."""
+"""pgenough's schema brought up to date again (core migration 0006: fleet-wide limits, running
+and rate), as 0001 describes: the same function, which applies only what is missing."""
 
 from __future__ import annotations
 
