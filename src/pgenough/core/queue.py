@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, LiteralString, NamedTuple
 
 import orjson
 from psycopg.abc import Buffer
@@ -565,29 +565,13 @@ async def claim(
 
     On a connection that prepares, the session must be held (``hold_for_claims``); on one
     that does not, the planner setting is made for this transaction only."""
-    params: dict[str, Any] = {
-        **claims_of(done, prefix="done_"),
-        "queue": queue,
-        "limit": limit,
-        "lease": lease,
-        "worker": worker,
-    }
+    params = _claim_params(queue, worker, lease, limit, done)
     if after is None:
         query = _Q["claim"]
     else:
         query = _Q["claim_after"]
         params.update(priority=after[0], after_run_at=after[1], after_id=after[2])
-    cur = conn.cursor(row_factory=_JOB_ROWS)
-    if conn.prepare_threshold is not None:
-        # Planned each time and without a Sort: the session is set up for it.
-        jobs = await (await cur.execute(query, params)).fetchall()
-    else:
-        # Unprepared, perhaps behind a transaction pooler whose server connections are
-        # shared: the planner setting lasts this transaction only (three round trips more
-        # than the claim itself).
-        async with conn.transaction():
-            await conn.execute(_Q["claim_without_sort"])
-            jobs = await (await cur.execute(query, params)).fetchall()
+    jobs = await _claim_rows(conn, query, params)
     if jobs and jobs[-1].id == LIMITED_ID:
         return Claimed(jobs[:-1], True)
     return Claimed(jobs, False)
@@ -600,27 +584,40 @@ async def claim_limited(
     take the queue's limit lock, count its running jobs and claim at most what its limit
     leaves (``limits.py``). ``Claimed.limited`` is False once the limit was lifted (then
     nothing was claimed)."""
-    params: dict[str, Any] = {
-        **claims_of(done, prefix="done_"),
-        "queue": queue,
-        "limit": limit,
-        "lease": lease,
-        "worker": worker,
-        "key": limit_lock_key(queue),
-    }
-    cur = conn.cursor(row_factory=_JOB_ROWS)
-    if conn.prepare_threshold is not None:
-        jobs = await (await cur.execute(_Q["claim_limited"], params)).fetchall()
-    else:
-        async with conn.transaction():
-            await conn.execute(_Q["claim_without_sort"])
-            jobs = await (await cur.execute(_Q["claim_limited"], params)).fetchall()
+    params = _claim_params(queue, worker, lease, limit, done)
+    params["key"] = limit_lock_key(queue)
+    jobs = await _claim_rows(conn, _Q["claim_limited"], params)
     if jobs and jobs[-1].id == UNLIMITED_ID:
         return Claimed(jobs[:-1], False)
     if jobs and jobs[-1].id == RATE_HELD_ID:
         held = jobs.pop()
         return Claimed(jobs, True, max(0.0, (held.run_at - held.created_at).total_seconds()))
     return Claimed(jobs, True)
+
+
+def _claim_params(
+    queue: str, worker: str, lease: float, limit: int, done: Sequence[Job]
+) -> dict[str, Any]:
+    return {
+        **claims_of(done, prefix="done_"),
+        "queue": queue,
+        "limit": limit,
+        "lease": lease,
+        "worker": worker,
+    }
+
+
+async def _claim_rows(conn: AsyncConn, query: LiteralString, params: dict[str, Any]) -> list[Job]:
+    """A claim statement's rows, planned as a claim must be: on a prepared connection the
+    session is held for it (``hold_for_claims``); on an unprepared one, perhaps behind a
+    transaction pooler whose server connections are shared, the planner setting lasts this
+    transaction only (three round trips more than the claim itself)."""
+    cur = conn.cursor(row_factory=_JOB_ROWS)
+    if conn.prepare_threshold is not None:
+        return await (await cur.execute(query, params)).fetchall()
+    async with conn.transaction():
+        await conn.execute(_Q["claim_without_sort"])
+        return await (await cur.execute(query, params)).fetchall()
 
 
 def limit_lock_key(queue: str) -> int:
